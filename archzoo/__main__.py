@@ -1,0 +1,7 @@
+"""``python -m archzoo ...``"""
+
+import sys
+
+from archzoo.cli import main
+
+sys.exit(main())

@@ -1,0 +1,22 @@
+"""The named architectures: each a role map plus a loop over the components.
+
+Modules are imported lazily (they import torch); this registry lets the CLI list and
+validate without paying for that.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "impala": ("archzoo.architectures.impala",
+               "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner"),
+}
+
+
+def load(name: str) -> ModuleType:
+    if name not in ARCHITECTURES:
+        known = ", ".join(sorted(ARCHITECTURES))
+        raise KeyError(f"unknown architecture {name!r} (known: {known})")
+    return importlib.import_module(ARCHITECTURES[name][0])

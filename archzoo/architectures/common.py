@@ -1,0 +1,142 @@
+"""What every architecture's roles share: tags, the start-up handshake, the stop protocol.
+
+Start-up: every leaf sends HELLO with its message-schema digests to the root, which
+compares them with its own and answers WELCOME or ABORT (a mismatch names the rank and
+the schema). Stop is a protocol, not a kill (DESIGN.md, Runs):
+
+1. the deciding rank sends STOP to everyone;
+2. each rank stops producing, lets its in-flight sends complete, and sends BYE with
+   its statistics;
+3. the root drains what is in flight until it has every BYE, waits for its own
+   outstanding sends, and sends FINAL;
+4. all meet at a barrier with a deadline and exit 0.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
+from archzoo.comm.factory import Launch
+
+TAG_CONTROL = 1
+TAG_PARAMS = 2
+TAG_UNROLL = 3
+
+
+class StopRequested(Exception):  # noqa: N818 - a signal, not an error
+    """Raised inside a leaf's wait when the root's STOP arrives."""
+
+
+@dataclass
+class RankContext:
+    """One process's place in the run."""
+
+    cfg: Any
+    launch: Launch
+    transport: Transport | None
+    t_launch: float = field(default_factory=time.time)
+
+    @property
+    def rank(self) -> int:
+        return self.launch.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.launch.world_size
+
+
+def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict[str, str],
+                   timeout_s: float) -> dict[int, dict[str, Any]]:
+    """Collect every leaf's HELLO, check schema digests, answer WELCOME (or ABORT and raise)."""
+    hellos: dict[int, dict[str, Any]] = {}
+    problems = []
+    for leaf in leaves:
+        msg = control.recv_from(leaf, timeout_s)
+        if msg.get("type") != "hello":
+            raise SchemaMismatch(f"rank {leaf} sent {msg.get('type')!r} instead of hello")
+        hellos[leaf] = msg
+        for name, d in digests.items():
+            if msg.get("digests", {}).get(name) != d:
+                problems.append(f"rank {leaf}'s {name!r} message schema differs from rank 0's")
+    for leaf in hellos:
+        control.send(leaf, {"type": "abort", "reason": problems[0]} if problems
+                     else {"type": "welcome"})
+    control.flush(timeout_s)
+    if problems:
+        raise SchemaMismatch("; ".join(problems))
+    return hellos
+
+
+def handshake_leaf(control: ControlChannel, root: int, digests: dict[str, str],
+                   timeout_s: float, extra: dict[str, Any] | None = None) -> None:
+    control.send(root, {"type": "hello", "digests": digests, **(extra or {})})
+    reply = control.recv_from(root, timeout_s)
+    if reply.get("type") != "welcome":
+        raise SchemaMismatch(reply.get("reason", f"rank {root} refused: {reply}"))
+
+
+class LeafControl:
+    """A leaf's view of the control channel: notices STOP and FINAL from the root."""
+
+    def __init__(self, control: ControlChannel, root: int) -> None:
+        self.control, self.root = control, root
+        self.stopped = False
+        self.final = False
+
+    def poll(self) -> None:
+        for _, msg in self.control.poll():
+            kind = msg.get("type")
+            if kind == "stop":
+                self.stopped = True
+            elif kind == "final":
+                self.final = True
+
+    def raise_if_stopped(self) -> None:
+        self.poll()
+        if self.stopped:
+            raise StopRequested
+
+
+def finish_leaf(ctx: RankContext, control: ControlChannel, lc: LeafControl, root: int,
+                stats: dict[str, Any], drain: Callable[[], None]) -> None:
+    """Leaf side of stop: BYE with stats, keep draining until FINAL, then the final barrier."""
+    t = ctx.transport
+    control.send(root, {"type": "bye", "stats": stats})
+    deadline = time.time() + t.timeout_s
+    while not lc.final:
+        drain()
+        lc.poll()
+        if time.time() > deadline:
+            raise PeerTimeout(ctx.rank, root, "FINAL", t.timeout_s)
+        time.sleep(1e-3)
+    control.flush()
+    t.barrier()
+
+
+def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
+                drain: Callable[[], None], outstanding: Callable[[], None]) -> dict[int, Any]:
+    """Root side of stop: STOP to all, drain until every BYE, FINAL, final barrier."""
+    t = ctx.transport
+    for leaf in leaves:
+        control.send(leaf, {"type": "stop"})
+    byes: dict[int, Any] = {}
+    deadline = time.time() + t.timeout_s
+    while len(byes) < len(leaves):
+        drain()
+        for peer, msg in control.poll():
+            if msg.get("type") == "bye":
+                byes[peer] = msg.get("stats", {})
+        if time.time() > deadline:
+            missing = ",".join(str(r) for r in leaves if r not in byes)
+            raise PeerTimeout(ctx.rank, missing, "BYE", t.timeout_s)
+        time.sleep(1e-4)
+    outstanding()
+    for leaf in leaves:
+        control.send(leaf, {"type": "final"})
+    control.flush()
+    t.barrier()
+    return byes

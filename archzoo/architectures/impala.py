@@ -1,0 +1,344 @@
+"""IMPALA (Espeholt et al. 2018; seed 004 §12.4.3): actors send unrolls, one learner trains.
+
+Roles on the star topology: rank 0 is the learner, ranks 1..N are actors.
+
+- Actors step E envs with a local copy of the policy (the behaviour policy μ) and send
+  unrolls of T steps with μ's logits. ``--mode async`` (IMPALA's default): between unrolls
+  an actor takes the newest parameters that have arrived, without blocking. ``--mode
+  sync``: after each unroll it waits for the parameters that unroll produced.
+- The learner trains with the V-trace loss on what has arrived (async) or on one unroll
+  from every actor in rank order (sync, bit-for-bit reproducible with ``--seed``), then
+  broadcasts the new parameters over the star. Policy lag = learner version − the
+  version an unroll was acted with.
+- ``--actors 0``: the same actor and learner code in one process, no transport.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.unroll import TIMING, UnrollActor, unroll_schema
+from archzoo.architectures.common import (
+    TAG_CONTROL,
+    TAG_PARAMS,
+    TAG_UNROLL,
+    LeafControl,
+    RankContext,
+    StopRequested,
+    finish_leaf,
+    finish_root,
+    handshake_leaf,
+    handshake_root,
+)
+from archzoo.comm import ControlChannel, Inbox, Message
+from archzoo.envs import EnvSpec, env_spec
+from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
+from archzoo.runlog import Monitor, RunDir, Timers
+from archzoo.topology.star import StarPublisher, params_schema
+from learners.impala import ImpalaLearner
+from learners.vtrace import ImpalaLossConfig
+
+NAME = "impala"
+DESCRIPTION = "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner"
+TOPOLOGY_APPLIED = {"star": "parameter broadcast learner->actors; unrolls point-to-point"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """IMPALA's hyper-parameters, with defaults that solve CartPole-v1 quickly."""
+    g = p.add_argument_group("IMPALA")
+    g.add_argument("--unroll-length", type=int, default=20, help="T, steps per unroll")
+    g.add_argument("--batch-unrolls", type=int, default=0,
+                   help="async: most unrolls per update (0 = one per actor)")
+    g.add_argument("--lr", type=float, default=2e-3, help="learning rate")
+    g.add_argument("--optimizer", choices=("adam", "rmsprop"), default="adam")
+    g.add_argument("--gamma", type=float, default=0.99, help="discount γ")
+    g.add_argument("--rho-bar", type=float, default=1.0, help="ρ̄, importance-weight clip")
+    g.add_argument("--c-bar", type=float, default=1.0, help="c̄, trace clip")
+    g.add_argument("--baseline-coef", type=float, default=0.5, help="value-loss weight")
+    g.add_argument("--entropy-coef", type=float, default=0.01, help="entropy-bonus weight")
+    g.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient-norm clip")
+    g.add_argument("--hidden", type=int, default=64, help="MLP width")
+
+
+def validate(cfg: argparse.Namespace) -> str | None:
+    """One line describing what is wrong with the IMPALA flags, or None."""
+    if cfg.unroll_length < 1:
+        return f"--unroll-length must be >= 1, got {cfg.unroll_length}"
+    if cfg.batch_unrolls < 0:
+        return f"--batch-unrolls must be >= 0, got {cfg.batch_unrolls}"
+    if not cfg.lr > 0:
+        return f"--lr must be > 0, got {cfg.lr}"
+    if not 0.0 <= cfg.gamma <= 1.0:
+        return f"--gamma must be in [0, 1], got {cfg.gamma}"
+    if not (cfg.rho_bar > 0 and cfg.c_bar > 0):
+        return "--rho-bar and --c-bar must be > 0"
+    if cfg.hidden < 1:
+        return f"--hidden must be >= 1, got {cfg.hidden}"
+    if not cfg.max_grad_norm > 0:
+        return f"--max-grad-norm must be > 0, got {cfg.max_grad_norm}"
+    return None
+
+
+def min_world_size(cfg: argparse.Namespace) -> int:
+    return 1
+
+
+def world_size_for(actors: int) -> int:
+    return actors + 1 if actors > 0 else 1
+
+
+# -- building blocks ------------------------------------------------------------------
+
+
+def _model(cfg: argparse.Namespace, spec: EnvSpec) -> ActorCritic:
+    torch.manual_seed(cfg.seed)
+    return ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)
+
+
+def _learner(cfg: argparse.Namespace, spec: EnvSpec, device: torch.device) -> ImpalaLearner:
+    loss_cfg = ImpalaLossConfig(gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
+                                baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef)
+    return ImpalaLearner(_model(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm, device,
+                         cfg.optimizer)
+
+
+def _actor_seed(cfg: argparse.Namespace, rank: int) -> int:
+    return cfg.seed * 1000 + rank
+
+
+def _monitor(ctx: RankContext, run_dir: RunDir) -> Monitor:
+    cfg = ctx.cfg
+    return Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
+                   cfg.log_interval, f"{NAME}/{ctx.transport.backend if ctx.transport else '-'}",
+                   quiet=cfg.quiet)
+
+
+def _account(mon: Monitor, msg: Message, learner_version: int) -> None:
+    n = int(msg["ep_count"])
+    mon.add_episodes(msg["ep_returns"][:n])
+    mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
+    mon.add_lag(learner_version - int(msg["version"]))
+
+
+def _summary(ctx: RankContext, mon: Monitor, stop: str, learner: ImpalaLearner,
+             timers: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    cfg = ctx.cfg
+    t = ctx.transport
+    totals = t.counters.totals() if t else {"bytes_sent": 0, "bytes_recv": 0}
+    solved = mon.time_to_target_s is not None
+    return {
+        "arch": NAME, "env": cfg.env,
+        "backend": t.backend if t else "none",
+        "launcher": ctx.launch.launcher,
+        "topology": "star" if t else "none",
+        "topology_applied": TOPOLOGY_APPLIED["star"] if t else "single process, no transport",
+        "mode": cfg.mode, "world_size": ctx.world_size,
+        "actors": max(0, ctx.world_size - 1), "envs_per_actor": cfg.envs_per_actor,
+        "device": str(learner.device), "seed": cfg.seed,
+        "solved": solved, "stop_reason": stop, "target_return": cfg.target_return,
+        "time_to_target_s": mon.time_to_target_s, "env_steps_to_target": mon.steps_to_target,
+        "startup_s": (mon.first_step_time - ctx.t_launch) if mon.first_step_time else None,
+        "wall_s": mon.elapsed(),
+        "final_mean_return": mon.mean_return, "episodes": mon.episodes,
+        "env_steps": mon.env_steps, "learner_updates": learner.version,
+        "fps": mon.env_steps / mon.elapsed() if mon.elapsed() > 0 else 0.0,
+        "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
+        "time_breakdown_s": timers, **extra,
+    }
+
+
+def _save(ctx: RankContext, run_dir: RunDir, learner: ImpalaLearner, spec: EnvSpec) -> None:
+    run_dir.save_policy(learner.model, {"arch": NAME, "env": spec.env_id,
+                                        "obs_shape": list(spec.obs_shape),
+                                        "num_actions": spec.num_actions,
+                                        "hidden": ctx.cfg.hidden})
+
+
+# -- roles --------------------------------------------------------------------------
+
+
+def run(ctx: RankContext) -> dict[str, Any] | None:
+    """Entry point on every rank; returns the summary on rank 0."""
+    spec = env_spec(ctx.cfg.env)
+    if ctx.world_size == 1:
+        return run_single(ctx, spec)
+    if ctx.rank == 0:
+        return run_learner(ctx, spec)
+    run_actor(ctx, spec)
+    return None
+
+
+def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """``--actors 0``: actor and learner code in one process, no transport (the baseline)."""
+    cfg = ctx.cfg
+    run_dir = RunDir(cfg.run_dir, vars(cfg))
+    mon = _monitor(ctx, run_dir)
+    learner = _learner(cfg, spec, torch.device(cfg.device))
+    cpu = learner.device.type == "cpu"
+    policy = learner.model if cpu else _model(cfg, spec)
+    actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
+                        _actor_seed(cfg, 0))
+    schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
+    msg = schema.new()
+    flat = np.zeros(num_params(policy), np.float32)
+    stop = None
+    while stop is None:
+        actor.collect(msg)
+        _account(mon, msg, learner.version)
+        learner.update([msg])
+        actor.version = learner.version
+        if not cpu:
+            get_flat(learner.model, flat)
+            set_flat(policy, flat)
+        mon.updates = learner.version
+        mon.maybe_log()
+        stop = mon.check_stop()
+    mon.maybe_log(force=True)
+    actor.close()
+    timers = {"actor0": dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
+              "learner": {"update": learner.update_s}}
+    summary = _summary(ctx, mon, stop, learner, timers, {})
+    run_dir.write_summary(summary)
+    _save(ctx, run_dir, learner, spec)
+    run_dir.close()
+    return summary
+
+
+def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    cfg, t = ctx.cfg, ctx.transport
+    actors = list(range(1, ctx.world_size))
+    timers = Timers()
+    learner = _learner(cfg, spec, torch.device(cfg.device))
+    u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
+    p_schema = params_schema(num_params(learner.model))
+    control = ControlChannel(t, actors, TAG_CONTROL)
+    inbox = Inbox(t, u_schema, actors, TAG_UNROLL, depth=2, what="unroll")
+    publisher = StarPublisher(t, p_schema, actors, TAG_PARAMS)
+    handshake_root(control, actors, {"unroll": u_schema.digest(), "params": p_schema.digest()},
+                   cfg.startup_timeout)
+    run_dir = RunDir(cfg.run_dir, vars(cfg))
+    mon = _monitor(ctx, run_dir)
+    get_flat(learner.model, publisher.latest["params"])
+    publisher.publish(version=0)  # every actor starts from the learner's initial parameters
+    max_batch = cfg.batch_unrolls or len(actors)
+    stop = None
+    while stop is None:
+        if cfg.mode == "sync":
+            batch = [(a, inbox.recv_from(a)) for a in actors]  # rank order: reproducible
+        else:
+            peer, msg = inbox.recv_any()
+            batch = [(peer, msg)]
+            for p in inbox.ready():
+                if len(batch) >= max_batch:
+                    break
+                if p != peer:
+                    batch.append((p, inbox.poll(p)))
+        for _, msg in batch:
+            _account(mon, msg, learner.version)
+        learner.update([m for _, m in batch])
+        with timers("comm"):
+            for p, _ in batch:
+                inbox.release(p)
+        mon.updates = learner.version
+        stop = mon.check_stop()
+        if stop is None:
+            with timers("comm"):
+                get_flat(learner.model, publisher.latest["params"])
+                publisher.publish(version=learner.version)
+        c = t.counters.totals()
+        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
+
+    def drain() -> None:
+        for p in inbox.ready():
+            inbox.release(p)  # unrolls in flight after STOP are received and dropped
+        publisher.pump()
+
+    def outstanding() -> None:
+        for leaf in actors:
+            req = publisher._req[leaf]
+            if req is not None:
+                t.wait(req, on_poll=drain)
+
+    byes = finish_root(ctx, control, actors, drain, outstanding)
+    c = t.counters.totals()
+    mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
+    breakdown: dict[str, Any] = {
+        "learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
+                    "wait": t.wait_s},
+    }
+    for a in actors:
+        breakdown[f"actor{a}"] = byes[a].get("timing", {})
+    extra = {"policy_lag_mean": None, "per_rank_bytes": {"0": c}}
+    extra["per_rank_bytes"].update({str(a): byes[a].get("bytes", {}) for a in actors})
+    summary = _summary(ctx, mon, stop, learner, breakdown, extra)
+    run_dir.write_summary(summary)
+    _save(ctx, run_dir, learner, spec)
+    run_dir.close()
+    return summary
+
+
+def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+    cfg, t = ctx.cfg, ctx.transport
+    root = 0
+    model = ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)  # weights come from 0
+    u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
+    p_schema = params_schema(num_params(model))
+    control = ControlChannel(t, [root], TAG_CONTROL)
+    params_in = Inbox(t, p_schema, [root], TAG_PARAMS, depth=1, what="parameters")
+    handshake_leaf(control, root, {"unroll": u_schema.digest(), "params": p_schema.digest()},
+                   cfg.startup_timeout)
+    lc = LeafControl(control, root)
+    actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,
+                        _actor_seed(cfg, ctx.rank))
+    out = [u_schema.new(), u_schema.new()]  # double buffer: collect one while one is sent
+    sending: list = [None, None]
+    comm = Timers()
+
+    def load(msg: Message) -> None:
+        set_flat(model, msg["params"])
+        actor.version = int(msg["version"])
+        params_in.release(root)
+
+    def take_newest() -> None:
+        while (msg := params_in.poll(root)) is not None:
+            load(msg)
+
+    load(params_in.recv_from(root, cfg.startup_timeout))
+    i = 0
+    try:
+        while True:
+            lc.raise_if_stopped()
+            buf = out[i % 2]
+            if sending[i % 2] is not None:
+                t.wait(sending[i % 2], on_poll=lc.raise_if_stopped)
+            actor.collect(buf)
+            with comm("comm"):
+                sending[i % 2] = t.isend(buf.buffer, root, TAG_UNROLL, "unroll")
+            i += 1
+            if cfg.mode == "sync":
+                expected = actor.version + 1
+                load(params_in.recv_from(root, on_poll=lc.raise_if_stopped))
+                if actor.version != expected:
+                    raise RuntimeError(f"rank {ctx.rank}: expected parameters version "
+                                       f"{expected}, got {actor.version}")
+            else:
+                with comm("comm"):
+                    take_newest()
+    except StopRequested:
+        pass
+    for req in sending:
+        if req is not None:
+            t.wait(req, on_poll=take_newest)
+    stats = {
+        "timing": {"env": actor.env_s, "inference": actor.inference_s,
+                   "comm": comm.s.get("comm", 0.0), "wait": t.wait_s},
+        "env_steps": actor.env_steps, "episodes": actor.episodes,
+        "bytes": t.counters.totals(),
+    }
+    finish_leaf(ctx, control, lc, root, stats, drain=take_newest)
+    actor.close()

@@ -1,0 +1,192 @@
+"""The transport interface every architecture talks to (DESIGN.md, Transport).
+
+Point-to-point with tags and non-blocking requests, receive from any of a set
+of peers, barrier, and the engine's native collectives as a baseline. Every wait
+polls with a short spin then a growing sleep (MPICH spins a core when blocked;
+this machine has two) and has a deadline after which it raises
+:class:`~archzoo.comm.errors.PeerTimeout` naming the peer.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from archzoo.comm.errors import PeerTimeout
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class Request(ABC):
+    """A pending non-blocking send or receive."""
+
+    peer: int
+    what: str
+
+    @abstractmethod
+    def test(self) -> bool:
+        """True once complete; raises PeerFailure if the peer broke it."""
+
+    def cancel(self) -> None:  # noqa: B027 - optional for engines that can cancel
+        """Best effort: withdraw a receive that will never be matched."""
+
+
+@dataclass
+class Counters:
+    """Messages and bytes per peer, the raw data of topology studies."""
+
+    msgs_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    bytes_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    msgs_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    bytes_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+
+    def sent(self, peer: int, nbytes: int) -> None:
+        self.msgs_sent[peer] += 1
+        self.bytes_sent[peer] += nbytes
+
+    def received(self, peer: int, nbytes: int) -> None:
+        self.msgs_recv[peer] += 1
+        self.bytes_recv[peer] += nbytes
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "msgs_sent": sum(self.msgs_sent.values()),
+            "bytes_sent": sum(self.bytes_sent.values()),
+            "msgs_recv": sum(self.msgs_recv.values()),
+            "bytes_recv": sum(self.bytes_recv.values()),
+        }
+
+    def per_peer(self) -> dict[str, dict[str, int]]:
+        peers = sorted(set(self.msgs_sent) | set(self.msgs_recv))
+        return {
+            str(p): {
+                "msgs_sent": self.msgs_sent.get(p, 0),
+                "bytes_sent": self.bytes_sent.get(p, 0),
+                "msgs_recv": self.msgs_recv.get(p, 0),
+                "bytes_recv": self.bytes_recv.get(p, 0),
+            }
+            for p in peers
+        }
+
+
+class Backoff:
+    """Spin a few polls, then sleep 10 µs, 20 µs, ... up to 1 ms between polls."""
+
+    __slots__ = ("_n",)
+    SPINS = 32
+
+    def __init__(self) -> None:
+        self._n = 0
+
+    def pause(self) -> None:
+        self._n += 1
+        if self._n > self.SPINS:
+            time.sleep(min(1e-3, 1e-5 * (1 << min(self._n - self.SPINS, 7))))
+
+
+class Transport(ABC):
+    """One engine's point-to-point and collective operations over flat uint8 buffers."""
+
+    backend: str
+    rank: int
+    world_size: int
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self.counters = Counters()
+        self.wait_s = 0.0  # time spent blocked in waits: the "wait" of the time breakdown
+
+    # -- engine primitives -------------------------------------------------
+    @abstractmethod
+    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> Request:
+        """Start sending ``buf`` (contiguous, kept alive and unmodified until complete)."""
+
+    @abstractmethod
+    def irecv(self, buf: np.ndarray, src: int, tag: int, what: str = "message") -> Request:
+        """Post a receive of exactly ``buf.nbytes`` bytes from ``src`` with ``tag``."""
+
+    @abstractmethod
+    def _ibarrier(self) -> Request: ...
+
+    @abstractmethod
+    def _iallreduce(self, array: np.ndarray, op: str) -> Request: ...
+
+    @abstractmethod
+    def _ibroadcast(self, array: np.ndarray, root: int) -> Request: ...
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Leave the group. Called once, after the final barrier."""
+
+    # -- waiting -----------------------------------------------------------
+    def wait(self, req: Request, timeout_s: float | None = None,
+             on_poll: Callable[[], None] | None = None) -> None:
+        """Wait for ``req`` with a deadline; ``on_poll`` runs between polls (e.g. check STOP)."""
+        if req.test():
+            return
+        t0 = time.perf_counter()
+        deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
+        backoff = Backoff()
+        try:
+            while not req.test():
+                if on_poll is not None:
+                    on_poll()
+                if time.perf_counter() > deadline:
+                    raise PeerTimeout(self.rank, req.peer, req.what, deadline - t0)
+                backoff.pause()
+        finally:
+            self.wait_s += time.perf_counter() - t0
+
+    def wait_any(self, reqs: Sequence[Request], timeout_s: float | None = None) -> int:
+        """Index of the first completed request among ``reqs`` (polled in order)."""
+        t0 = time.perf_counter()
+        deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
+        backoff = Backoff()
+        try:
+            while True:
+                for i, r in enumerate(reqs):
+                    if r.test():
+                        return i
+                if time.perf_counter() > deadline:
+                    peers = ",".join(str(r.peer) for r in reqs)
+                    whats = sorted({r.what for r in reqs})
+                    raise PeerTimeout(self.rank, peers, " or ".join(whats), deadline - t0)
+                backoff.pause()
+        finally:
+            self.wait_s += time.perf_counter() - t0
+
+    # -- blocking conveniences (always with a deadline) ---------------------
+    def send(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
+             timeout_s: float | None = None) -> None:
+        self.wait(self.isend(buf, dst, tag, what), timeout_s)
+
+    def recv(self, buf: np.ndarray, src: int, tag: int, what: str = "message",
+             timeout_s: float | None = None) -> None:
+        self.wait(self.irecv(buf, src, tag, what), timeout_s)
+
+    def barrier(self, timeout_s: float | None = None) -> None:
+        self.wait(self._ibarrier(), timeout_s)
+
+    # -- native collectives: the baseline topologies are measured against ---
+    def all_reduce(self, array: np.ndarray, op: str = "sum",
+                   timeout_s: float | None = None) -> None:
+        """In-place all-reduce with the engine's own algorithm (``op``: sum, max, min)."""
+        if op not in ("sum", "max", "min"):
+            raise ValueError(f"unknown reduction {op!r}")
+        self.wait(self._iallreduce(array, op), timeout_s)
+
+    def broadcast(self, array: np.ndarray, root: int, timeout_s: float | None = None) -> None:
+        """In-place broadcast from ``root`` with the engine's own algorithm."""
+        self.wait(self._ibroadcast(array, root), timeout_s)
+
+
+def as_bytes(buf: np.ndarray) -> np.ndarray:
+    """A flat uint8 view of a C-contiguous array (no copy)."""
+    if not buf.flags.c_contiguous:
+        raise ValueError("transport buffers must be C-contiguous")
+    return buf.reshape(-1).view(np.uint8)

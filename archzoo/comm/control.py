@@ -1,0 +1,75 @@
+"""A small JSON-in-uint8 control channel: stop, hello, statistics, errors.
+
+Control messages are rare and tiny; they travel as UTF-8 JSON in a fixed-capacity
+byte field with a length, so the receiver's buffer size is known in advance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from archzoo.comm.base import Request, Transport
+from archzoo.comm.inbox import Inbox
+from archzoo.comm.schema import Message, Schema
+
+CONTROL_CAPACITY = 8192
+
+
+def control_schema(capacity: int = CONTROL_CAPACITY) -> Schema:
+    return Schema("control", [("length", np.int64, ()), ("payload", np.uint8, (capacity,))])
+
+
+class ControlChannel:
+    """JSON messages to and from a set of peers on one tag."""
+
+    def __init__(self, transport: Transport, peers: Iterable[int], tag: int,
+                 capacity: int = CONTROL_CAPACITY) -> None:
+        self.transport = transport
+        self.schema = control_schema(capacity)
+        self.capacity = capacity
+        self.tag = tag
+        self.inbox = Inbox(transport, self.schema, peers, tag, depth=2, what="control message")
+        self._sending: list[tuple[Message, Request]] = []
+
+    def send(self, dst: int, obj: dict[str, Any]) -> Request:
+        """Queue ``obj`` for ``dst`` without waiting; the buffer lives until the send completes."""
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        if len(data) > self.capacity:
+            raise ValueError(f"control message of {len(data)} B exceeds {self.capacity} B")
+        self._sending = [(m, r) for m, r in self._sending if not r.test()]
+        msg = self.schema.new()
+        msg["length"][...] = len(data)
+        msg["payload"][: len(data)] = np.frombuffer(data, np.uint8)
+        req = self.transport.isend(msg.buffer, dst, self.tag, "control message")
+        self._sending.append((msg, req))
+        return req
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every queued control message was taken by its receiver."""
+        for _, req in self._sending:
+            self.transport.wait(req, timeout_s)
+        self._sending.clear()
+
+    @staticmethod
+    def _decode(msg: Message) -> dict[str, Any]:
+        n = int(msg["length"])
+        return json.loads(bytes(msg["payload"][:n]).decode())
+
+    def poll(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every control message that has arrived, without waiting."""
+        out = []
+        for p in self.inbox.ready():
+            while (msg := self.inbox.poll(p)) is not None:
+                out.append((p, self._decode(msg)))
+                self.inbox.release(p)
+        return out
+
+    def recv_from(self, peer: int, timeout_s: float | None = None) -> dict[str, Any]:
+        msg = self.inbox.recv_from(peer, timeout_s)
+        obj = self._decode(msg)
+        self.inbox.release(peer)
+        return obj

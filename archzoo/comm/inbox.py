@@ -1,0 +1,87 @@
+"""Posted receives per peer: the receiving side of a message stream.
+
+gloo is a rendezvous (an ``isend`` completes only once the receiver posted its
+receive), so a receiver keeps ``depth`` receives posted per peer it listens to,
+each into its own preallocated message, and polls them. Never ``recv(src=None)``:
+it cannot notice a dead peer or be withdrawn (DESIGN.md, Transport).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from archzoo.comm.base import Backoff, Request, Transport
+from archzoo.comm.errors import PeerTimeout
+from archzoo.comm.schema import Message, Schema
+
+
+class Inbox:
+    """``depth`` posted receives of one schema and tag from each of ``peers``.
+
+    Messages from one peer are delivered in the order they were sent. A delivered
+    message is a view into a posted buffer: :meth:`release` it once consumed, which
+    reposts the same buffer.
+    """
+
+    def __init__(self, transport: Transport, schema: Schema, peers: Iterable[int], tag: int,
+                 depth: int = 2, what: str | None = None) -> None:
+        self.transport, self.schema, self.tag = transport, schema, tag
+        self.what = what or schema.name
+        self.peers = list(peers)
+        self._slots: dict[int, deque[tuple[Message, Request]]] = {}
+        for p in self.peers:
+            self._slots[p] = deque(self._post(p, schema.new()) for _ in range(depth))
+        self._next = 0  # round-robin start for fairness across peers
+
+    def _post(self, peer: int, msg: Message) -> tuple[Message, Request]:
+        return msg, self.transport.irecv(msg.buffer, peer, self.tag, self.what)
+
+    def poll(self, peer: int) -> Message | None:
+        """The oldest arrived, unreleased message from ``peer``, or None."""
+        msg, req = self._slots[peer][0]
+        return msg if req.test() else None
+
+    def release(self, peer: int) -> None:
+        """Consume the oldest message from ``peer`` and repost its buffer."""
+        msg, _ = self._slots[peer].popleft()
+        self._slots[peer].append(self._post(peer, msg))
+
+    def ready(self) -> list[int]:
+        """Peers whose oldest message has arrived, in round-robin order."""
+        n = len(self.peers)
+        order = [self.peers[(self._next + i) % n] for i in range(n)]
+        return [p for p in order if self.poll(p) is not None]
+
+    def recv_from(self, peer: int, timeout_s: float | None = None,
+                  on_poll: Callable[[], None] | None = None) -> Message:
+        """Wait (with a deadline) for the next message from ``peer``; release it after use."""
+        _, req = self._slots[peer][0]
+        self.transport.wait(req, timeout_s, on_poll)
+        return self._slots[peer][0][0]
+
+    def recv_any(self, timeout_s: float | None = None,
+                 on_poll: Callable[[], None] | None = None) -> tuple[int, Message]:
+        """Wait for a message from any peer (fair round robin); release it after use."""
+        t = self.transport
+        t0 = time.perf_counter()
+        deadline = t0 + (t.timeout_s if timeout_s is None else timeout_s)
+        backoff = Backoff()
+        n = len(self.peers)
+        try:
+            while True:
+                for i in range(n):
+                    p = self.peers[(self._next + i) % n]
+                    msg = self.poll(p)
+                    if msg is not None:
+                        self._next = (self._next + i + 1) % n
+                        return p, msg
+                if on_poll is not None:
+                    on_poll()
+                if time.perf_counter() > deadline:
+                    raise PeerTimeout(t.rank, ",".join(map(str, self.peers)), self.what,
+                                      deadline - t0)
+                backoff.pause()
+        finally:
+            t.wait_s += time.perf_counter() - t0

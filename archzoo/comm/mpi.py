@@ -1,0 +1,113 @@
+"""MPI engine over mpi4py's buffer API (capitalised ``Isend/Irecv``; never pickle).
+
+MPICH has no timeouts and a blocked rank spins a core, so nothing here blocks:
+every operation is non-blocking and :class:`~archzoo.comm.base.Transport` polls it
+with ``Test`` and a backoff under its own deadline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from archzoo.comm.base import DEFAULT_TIMEOUT_S, Request, Transport, as_bytes
+from archzoo.comm.errors import PeerFailure
+
+
+def _mpi():
+    import mpi4py
+
+    mpi4py.rc.thread_level = "funneled"
+    from mpi4py import MPI
+
+    return MPI
+
+
+class MPIRequest(Request):
+    __slots__ = ("peer", "what", "nbytes", "_req", "_done", "_on_done", "_buf", "_rank")
+
+    def __init__(self, req, buf: np.ndarray, peer, what: str, rank: int, on_done=None) -> None:
+        self._req, self._buf = req, buf
+        self.peer, self.what, self._rank = peer, what, rank
+        self.nbytes = buf.nbytes
+        self._done = False
+        self._on_done = on_done
+
+    def test(self) -> bool:
+        if self._done:
+            return True
+        try:
+            done = self._req.Test()
+        except Exception as e:  # mpi4py raises MPI.Exception with ERRORS_RETURN
+            raise PeerFailure(self._rank, self.peer, self.what, e) from e
+        if done:
+            self._done = True
+            if self._on_done is not None:
+                self._on_done(self)
+        return done
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._req.Cancel()
+            self._req.Wait()
+            self._done = True
+
+
+class MPITransport(Transport):
+    """Point-to-point and collectives over MPI.COMM_WORLD (a dup of it)."""
+
+    backend = "mpi"
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(timeout_s)
+        self.MPI = MPI = _mpi()
+        self.comm = MPI.COMM_WORLD.Dup()
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
+        self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self._pending: list[MPIRequest] = []
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.world_size or peer == self.rank:
+            raise ValueError(f"rank {self.rank}: bad peer rank {peer} (world size {self.world_size})")
+
+    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> MPIRequest:
+        self._check_peer(dst)
+        b = as_bytes(buf)
+        req = MPIRequest(self.comm.Isend([b, self.MPI.BYTE], dst, tag), b, dst,
+                         f"sending {what}", self.rank)
+        self.counters.sent(dst, b.nbytes)
+        return req
+
+    def irecv(self, buf: np.ndarray, src: int, tag: int, what: str = "message") -> MPIRequest:
+        self._check_peer(src)
+        b = as_bytes(buf)
+        req = MPIRequest(self.comm.Irecv([b, self.MPI.BYTE], src, tag), b, src, what, self.rank,
+                         on_done=lambda r: self.counters.received(r.peer, r.nbytes))
+        self._pending.append(req)
+        if len(self._pending) > 4096:
+            self._pending = [r for r in self._pending if not r._done]
+        return req
+
+    def _ibarrier(self) -> MPIRequest:
+        return MPIRequest(self.comm.Ibarrier(), np.zeros(0, np.uint8), "any", "barrier", self.rank)
+
+    def _iallreduce(self, array: np.ndarray, op: str) -> MPIRequest:
+        req = self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self._ops[op])
+        return MPIRequest(req, array, "any", "all-reduce", self.rank)
+
+    def _ibroadcast(self, array: np.ndarray, root: int) -> MPIRequest:
+        return MPIRequest(self.comm.Ibcast(array, root=root), array, root, "broadcast", self.rank)
+
+    def shutdown(self) -> None:
+        """Withdraw receives that will never be matched, then leave MPI cleanly."""
+        for r in self._pending:
+            try:
+                r.cancel()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                pass
+        self._pending.clear()
+        self.comm.Free()
+
+    def abort(self, code: int = 1) -> None:
+        """End the whole job (an uncaught error in one rank would otherwise hang MPICH)."""
+        self.MPI.COMM_WORLD.Abort(code)

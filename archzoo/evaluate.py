@@ -1,0 +1,54 @@
+"""``archzoo eval RUN_DIR``: replay a run's final policy and report its returns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from archzoo.cli import UsageError
+
+    run_dir = Path(args.run_dir)
+    policy = run_dir / "policy.pt"
+    if not policy.is_file():
+        raise UsageError(f"{run_dir}: no policy.pt (not a finished run directory?)")
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    import gymnasium as gym
+    import torch
+
+    from archzoo.nets import ActorCritic
+
+    torch.set_num_threads(1)
+    saved = torch.load(policy, weights_only=True)
+    meta = saved["meta"]
+    model = ActorCritic(tuple(meta["obs_shape"]), meta["num_actions"], meta["hidden"])
+    model.load_state_dict(saved["state_dict"])
+    model.eval()
+    rng = np.random.default_rng(args.seed)
+    env = gym.make(meta["env"])
+    returns = []
+    for ep in range(args.episodes):
+        obs, _ = env.reset(seed=args.seed + ep)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                logits, _ = model(torch.as_tensor(obs, dtype=torch.float32))
+            lg = logits.numpy()
+            a = int(np.argmax(lg + rng.gumbel(size=lg.shape))) if args.sample \
+                else int(np.argmax(lg))
+            obs, r, term, trunc, _ = env.step(a)
+            total += float(r)
+            done = term or trunc
+        returns.append(total)
+    env.close()
+    result = {"run_dir": str(run_dir), "env": meta["env"], "episodes": args.episodes,
+              "policy": "sample" if args.sample else "greedy",
+              "mean_return": float(np.mean(returns)), "min_return": float(np.min(returns)),
+              "max_return": float(np.max(returns))}
+    print(json.dumps(result))
+    return 0

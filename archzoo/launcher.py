@@ -1,0 +1,85 @@
+"""Starting the processes of a run when no launcher did (DESIGN.md, Launching).
+
+- gloo: spawn ``world_size`` copies of this command on loopback, each with ``RANK``,
+  ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (what torchrun would set), and watch
+  them: if one fails, the others get a grace period to notice and end, then are killed.
+- mpi: re-execute this command under the venv's ``mpiexec -n world_size``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from archzoo.comm.factory import free_port
+
+GRACE_S = 15.0
+
+
+def find_mpiexec() -> str | None:
+    """The ``mpiexec`` beside this Python (the mpich wheel's), else one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+def child_argv(argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "archzoo", *argv]
+
+
+def run_mpiexec(argv: list[str], world_size: int) -> int:
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise FileNotFoundError("mpiexec not found (pip install mpich)")
+    env = dict(os.environ, ARCHZOO_LAUNCH_TIME=str(time.time()))
+    cmd = [mpiexec, "-n", str(world_size), *child_argv(argv)]
+    return _supervise([subprocess.Popen(cmd, env=env)])
+
+
+def run_gloo(argv: list[str], world_size: int) -> int:
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ARCHZOO_EMBEDDED="1",
+                   ARCHZOO_LAUNCH_TIME=str(time.time()), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(child_argv(argv), env=env))
+    return _supervise(procs)
+
+
+def _supervise(procs: list[subprocess.Popen]) -> int:
+    """Wait for all; after the first failure give the rest GRACE_S, then kill them."""
+    failed_at: float | None = None
+    code = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            for p in procs:
+                rc = p.poll()
+                if rc not in (None, 0) and failed_at is None:
+                    failed_at, code = time.time(), rc
+            if failed_at is not None and time.time() - failed_at > GRACE_S:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        deadline = time.time() + 5
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+        return 130
+    for p in procs:
+        rc = p.wait()
+        if rc != 0 and code == 0:
+            code = rc
+    return 1 if code < 0 else code

@@ -1,0 +1,204 @@
+"""The run directory (DESIGN.md, Runs): config.json, metrics.csv, summary.json, policy.pt.
+
+Only the deciding rank (rank 0) writes it. :class:`Monitor` keeps the learning curve
+(episode returns from the actors, env steps, updates, policy lag), decides when the
+target is reached, writes a metrics row every ``log_interval`` seconds and shows
+progress on the terminal.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+METRIC_COLUMNS = (
+    "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",
+    "learner_updates", "policy_lag", "bytes_sent", "bytes_recv",
+)
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict[str, str]:
+    import gymnasium
+    import numpy
+    import torch
+
+    import archzoo
+
+    v = {"python": platform.python_version(), "archzoo": archzoo.__version__,
+         "torch": torch.__version__, "numpy": numpy.__version__,
+         "gymnasium": gymnasium.__version__}
+    try:
+        import mpi4py
+
+        v["mpi4py"] = mpi4py.__version__
+    except ImportError:
+        pass
+    return v
+
+
+class Timers:
+    """Seconds spent per activity (env, inference, comm, wait, update)."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.s[name] = self.s.get(name, 0.0) + time.perf_counter() - t0
+
+    def add(self, name: str, seconds: float) -> None:
+        self.s[name] = self.s.get(name, 0.0) + seconds
+
+
+class RunDir:
+    """Writes one run's files under ``path``."""
+
+    def __init__(self, path: str | Path, config: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        full = dict(config, git_sha=git_sha(), versions=versions(), argv=sys.argv)
+        (self.path / "config.json").write_text(json.dumps(full, indent=2, default=str) + "\n")
+        self._csv_file = open(self.path / "metrics.csv", "w", newline="")  # noqa: SIM115
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS,
+                                   extrasaction="ignore")
+        self._csv.writeheader()
+
+    def metrics_row(self, row: dict[str, Any]) -> None:
+        self._csv.writerow(row)
+        self._csv_file.flush()
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    def save_policy(self, model, meta: dict[str, Any]) -> None:
+        import torch
+
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        torch.save({"state_dict": state, "meta": meta}, self.path / "policy.pt")
+
+    def close(self) -> None:
+        self._csv_file.close()
+
+
+class Monitor:
+    """Learning curve, stop decision and progress for the deciding rank."""
+
+    def __init__(self, run_dir: RunDir | None, target_return: float | None,
+                 total_steps: int | None, time_limit_s: float | None, log_interval_s: float,
+                 label: str, quiet: bool = False, window: int = 100) -> None:
+        self.run_dir = run_dir
+        self.target, self.total_steps, self.time_limit = target_return, total_steps, time_limit_s
+        self.log_interval, self.label, self.quiet = log_interval_s, label, quiet
+        self.returns: deque[float] = deque(maxlen=window)
+        self.window = window
+        self.episodes = 0
+        self.env_steps = 0
+        self.updates = 0
+        self.eval_mean_return: float | None = None
+        self.t_start = time.time()
+        self.first_step_time: float | None = None
+        self.time_to_target_s: float | None = None
+        self.steps_to_target: int | None = None
+        self._lag_sum = 0.0
+        self._lag_n = 0
+        self._last_t = time.time()
+        self._last_steps = 0
+        self.rows = 0
+
+    # -- feeding ----------------------------------------------------------
+    def add_episodes(self, returns) -> None:
+        for r in returns:
+            self.returns.append(float(r))
+        self.episodes += len(returns)
+
+    def add_steps(self, n: int, first_step_time: float | None = None) -> None:
+        self.env_steps += n
+        if first_step_time and (self.first_step_time is None
+                                or first_step_time < self.first_step_time):
+            self.first_step_time = first_step_time
+
+    def add_lag(self, lag: float) -> None:
+        self._lag_sum += lag
+        self._lag_n += 1
+
+    # -- reading ----------------------------------------------------------
+    @property
+    def mean_return(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def judged_return(self) -> float | None:
+        """What 'solved' uses: greedy eval return where there is one, else training returns."""
+        if self.eval_mean_return is not None:
+            return self.eval_mean_return
+        if len(self.returns) < self.window:
+            return None
+        return self.mean_return
+
+    def elapsed(self) -> float:
+        origin = self.first_step_time or self.t_start
+        return time.time() - origin
+
+    def check_stop(self) -> str | None:
+        """'target', 'steps', 'time' or None; records the time to target once."""
+        judged = self.judged_return()
+        if self.target is not None and judged is not None and judged >= self.target:
+            if self.time_to_target_s is None:
+                self.time_to_target_s = self.elapsed()
+                self.steps_to_target = self.env_steps
+            return "target"
+        if self.total_steps is not None and self.env_steps >= self.total_steps:
+            return "steps"
+        if self.time_limit is not None and time.time() - self.t_start >= self.time_limit:
+            return "time"
+        return None
+
+    def maybe_log(self, bytes_sent: int = 0, bytes_recv: int = 0, force: bool = False) -> None:
+        now = time.time()
+        dt = now - self._last_t
+        if not force and dt < self.log_interval:
+            return
+        fps = (self.env_steps - self._last_steps) / dt if dt > 0 else 0.0
+        lag = self._lag_sum / self._lag_n if self._lag_n else None
+        row = {
+            "time_s": round(self.elapsed(), 3), "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "mean_return_100": None if self.mean_return is None else round(self.mean_return, 3),
+            "eval_mean_return": self.eval_mean_return, "fps": round(fps, 1),
+            "learner_updates": self.updates,
+            "policy_lag": None if lag is None else round(lag, 3),
+            "bytes_sent": bytes_sent, "bytes_recv": bytes_recv,
+        }
+        if self.run_dir is not None:
+            self.run_dir.metrics_row(row)
+        self.rows += 1
+        self._last_t, self._last_steps = now, self.env_steps
+        self._lag_sum, self._lag_n = 0.0, 0
+        if not self.quiet:
+            ret = "-" if row["mean_return_100"] is None else f"{row['mean_return_100']:.1f}"
+            ev = "" if self.eval_mean_return is None else f" eval={self.eval_mean_return:.1f}"
+            lag_s = "-" if lag is None else f"{lag:.2f}"
+            print(f"[{self.label}] t={row['time_s']:7.1f}s steps={self.env_steps:>9,} "
+                  f"fps={fps:>8,.0f} episodes={self.episodes:>6,} return100={ret}{ev} "
+                  f"updates={self.updates:,} lag={lag_s}", flush=True)

@@ -1,0 +1,71 @@
+"""One rank of a run: join the group, play the architecture's role, leave cleanly.
+
+Exit codes are honest under every launcher: 0 only when the run finished through the
+stop protocol. On an error the rank prints one line naming what failed (a peer, a
+deadline) and exits 1; under MPI it aborts the job, since MPICH would otherwise hang
+the surviving ranks. gloo cannot withdraw posted receives, so a gloo rank ends with
+``os._exit`` after its final barrier (buffers flushed first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from types import ModuleType
+
+from archzoo.architectures.common import RankContext
+from archzoo.comm import CommError
+from archzoo.comm.factory import Launch, make_transport
+
+
+def _say(rank: int, msg: str) -> None:
+    print(f"archzoo: rank {rank}: error: {msg}", file=sys.stderr, flush=True)
+
+
+def run_rank(arch: ModuleType, args: argparse.Namespace, launch: Launch, t_start: float) -> int:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    transport = None
+    code = 0
+    try:
+        if launch.world_size > 1:
+            transport = make_transport(args.backend, launch, args.comm_timeout,
+                                       args.startup_timeout)
+        summary = arch.run(RankContext(args, launch, transport, t_start))
+        if summary is not None and not args.quiet:
+            _print_summary(summary, args)
+    except (CommError, TimeoutError) as e:
+        _say(launch.rank, str(e))
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as e:  # noqa: BLE001 - a bug: show where
+        traceback.print_exc()
+        _say(launch.rank, f"{type(e).__name__}: {e}")
+        code = 1
+    if transport is not None:
+        if code != 0 and transport.backend == "mpi":
+            transport.abort(code)
+        if code == 0:
+            transport.shutdown()
+        if transport.backend == "gloo":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return code
+
+
+def _print_summary(s: dict, args: argparse.Namespace) -> None:
+    ttt = s.get("time_to_target_s")
+    solved = f"solved in {ttt:.1f}s / {s['env_steps_to_target']:,} steps" if ttt is not None \
+        else f"not solved ({s['stop_reason']})"
+    mean = s.get("final_mean_return")
+    mean_s = "-" if mean is None else f"{mean:.1f}"
+    print(f"[{s['arch']}] {s['env']} {s['backend']} {s['mode']} world={s['world_size']}: "
+          f"{solved}; final return100={mean_s}; {s['env_steps']:,} steps at "
+          f"{s['fps']:,.0f} fps; run dir {args.run_dir}", flush=True)

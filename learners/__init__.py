@@ -1,0 +1,1 @@
+"""Learners: losses and update steps (V-trace/IMPALA, ...)."""

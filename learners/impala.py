@@ -1,0 +1,65 @@
+"""The IMPALA learner: batches unrolls, applies the V-trace loss, versions its parameters."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from learners.vtrace import ImpalaLossConfig, impala_loss
+
+_FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
+
+
+def batch_unrolls(unrolls: Sequence, device: torch.device) -> dict[str, torch.Tensor]:
+    """Concatenate unroll messages along the env axis: [T(+1), E, ...] -> [T(+1), sum E, ...]."""
+    out = {}
+    for k in _FIELDS:
+        arr = unrolls[0][k] if len(unrolls) == 1 else np.concatenate([u[k] for u in unrolls], 1)
+        out[k] = torch.as_tensor(np.array(arr, copy=True)).to(device, non_blocking=True)
+    return out
+
+
+class ImpalaLearner:
+    """Owns the model and optimiser; :meth:`update` takes one gradient step on unrolls."""
+
+    def __init__(self, model: nn.Module, loss_cfg: ImpalaLossConfig, lr: float,
+                 max_grad_norm: float, device: torch.device, optimizer: str = "adam") -> None:
+        self.model = model.to(device)
+        self.device = device
+        self.loss_cfg = loss_cfg
+        self.max_grad_norm = max_grad_norm
+        if optimizer == "adam":
+            self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5)
+        elif optimizer == "rmsprop":  # IMPALA's choice (Espeholt et al. 2018, Table G.1)
+            self.opt = torch.optim.RMSprop(self.model.parameters(), lr=lr, alpha=0.99, eps=0.01)
+        else:
+            raise ValueError(f"unknown optimizer {optimizer!r}")
+        self.version = 0  # number of updates applied: the parameters' version
+        self.update_s = 0.0
+
+    def update(self, unrolls: Sequence) -> dict[str, float]:
+        """One step of the IMPALA loss on the given unrolls (in the given order)."""
+        t0 = time.perf_counter()
+        b = batch_unrolls(unrolls, self.device)
+        T1, B = b["obs"].shape[:2]
+        logits, values = self.model(b["obs"].reshape(T1 * B, *b["obs"].shape[2:]))
+        logits = logits.reshape(T1, B, -1)[:-1]
+        values = values.reshape(T1, B)
+        loss, stats = impala_loss(
+            logits=logits, values=values, actions=b["actions"],
+            behaviour_logits=b["behaviour_logits"], rewards=b["rewards"],
+            terminated=b["terminated"], truncated=b["truncated"], valid=b["valid"],
+            cfg=self.loss_cfg,
+        )
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                            self.max_grad_norm))
+        self.opt.step()
+        self.version += 1
+        self.update_s += time.perf_counter() - t0
+        return stats
