@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--unroll-length", type=int, default=20, help="T, steps per unroll")
     g.add_argument("--batch-unrolls", type=int, default=0,
                    help="async: most unrolls per update (0 = one per actor)")
-    g.add_argument("--lr", type=float, default=2e-3, help="learning rate")
+    g.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     g.add_argument("--optimizer", choices=("adam", "rmsprop"), default="adam")
     g.add_argument("--gamma", type=float, default=0.99, help="discount γ")
     g.add_argument("--rho-bar", type=float, default=1.0, help="ρ̄, importance-weight clip")
@@ -217,7 +217,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
     p_schema = params_schema(num_params(learner.model))
     control = ControlChannel(t, actors, TAG_CONTROL)
-    inbox = Inbox(t, u_schema, actors, TAG_UNROLL, depth=2, what="unroll")
+    inbox = Inbox(t, u_schema, actors, TAG_UNROLL, depth=1, what="unroll")
     publisher = StarPublisher(t, p_schema, actors, TAG_PARAMS)
     handshake_root(control, actors, {"unroll": u_schema.digest(), "params": p_schema.digest()},
                    cfg.startup_timeout)

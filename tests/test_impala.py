@@ -1,0 +1,304 @@
+"""IMPALA end to end on the real engines: every launch way, both backends, both modes.
+
+Smoke runs assert that data flowed, the run directory is complete and the return beat a
+random policy (CartPole-v1: a uniformly random policy averages about 22). The full solve
+is in test_impala_solve.py (marked slow).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.mp import describe, run_gloo, run_mpi
+
+ARCHZOO = [sys.executable, "-m", "archzoo"]
+RANDOM_RETURN = 22.0
+SMOKE = ["--total-steps", "250000", "--log-interval", "0.5", "--quiet", "--seed", "3",
+         "--comm-timeout", "30"]
+SUMMARY_KEYS = {
+    "arch", "env", "backend", "topology", "mode", "world_size", "solved", "time_to_target_s",
+    "env_steps_to_target", "startup_s", "final_mean_return", "time_breakdown_s",
+}
+METRIC_KEYS = {"time_s", "env_steps", "episodes", "mean_return_100", "fps", "learner_updates",
+               "policy_lag", "bytes_sent"}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+           and not k.startswith(("PMI_", "OMPI_", "PMIX_"))}
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([*ARCHZOO, *args], capture_output=True, text=True, timeout=timeout,
+                          env=_env())
+
+
+def check_run_dir(d: Path, *, backend: str, world_size: int, mode: str = "async") -> dict:
+    """The run directory is complete, data flowed, and the policy beat a random one."""
+    for f in ("config.json", "metrics.csv", "summary.json", "policy.pt"):
+        assert (d / f).is_file(), f"{f} missing in {d}"
+    cfg = json.loads((d / "config.json").read_text())
+    assert "git_sha" in cfg and "torch" in cfg["versions"]
+    s = json.loads((d / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(s), SUMMARY_KEYS - set(s)
+    assert (s["backend"], s["world_size"], s["mode"]) == (backend, world_size, mode)
+    assert s["env_steps"] >= 250000 and s["episodes"] > 100 and s["learner_updates"] > 10
+    assert s["final_mean_return"] > RANDOM_RETURN + 10, s["final_mean_return"]
+    for role in ("learner", *(f"actor{a}" for a in range(1, world_size))):
+        assert role in s["time_breakdown_s"], role
+    if world_size > 1:
+        assert s["bytes_sent"] > 0 and set(s["per_rank_bytes"]) == {str(r) for r in
+                                                                   range(world_size)}
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    assert rows and METRIC_KEYS <= set(rows[0])
+    assert int(rows[-1]["env_steps"]) == s["env_steps"]
+    return s
+
+
+def test_single_process_baseline_and_eval(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "impala", "--actors", "0", "--run-dir", str(d), *SMOKE)
+    assert r.returncode == 0, r.stderr
+    s = check_run_dir(d, backend="none", world_size=1)
+    assert s["topology"] == "none"
+    ev = cli("eval", str(d), "--episodes", "3")
+    assert ev.returncode == 0, ev.stderr
+    res = json.loads(ev.stdout)
+    assert res["episodes"] == 3 and res["mean_return"] > 0
+
+
+@pytest.mark.parametrize("backend,mode", [("gloo", "async"), ("mpi", "async"),
+                                          ("gloo", "sync")])
+def test_embedded(tmp_path: Path, backend: str, mode: str) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "impala", "--actors", "2", "--backend", backend, "--mode", mode,
+            "--run-dir", str(d), *SMOKE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = check_run_dir(d, backend=backend, world_size=3, mode=mode)
+    assert s["launcher"] == ("mpiexec" if backend == "mpi" else "embedded")
+    if mode == "sync":
+        assert s["learner_updates"] * 2 * 16 * 20 >= s["env_steps"] * 0.9
+
+
+def test_torchrun(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert torchrun, "torchrun ships with torch"
+    d = tmp_path / "run"
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "3", "-m", "archzoo",
+                        "run", "impala", "--run-dir", str(d), *SMOKE],
+                       capture_output=True, text=True, timeout=240, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = check_run_dir(d, backend="gloo", world_size=3)
+    assert s["launcher"] == "torchrun"
+
+
+def test_mpiexec_sync(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    job = run_mpi(3, ["-m", "archzoo", "run", "impala", "--mode", "sync", "--run-dir", str(d),
+                      *SMOKE], timeout_s=180)
+    assert job.returncode == 0, describe(job)
+    check_run_dir(d, backend="mpi", world_size=3, mode="sync")
+
+
+def _policy_params(d: Path):
+    import torch
+
+    return torch.load(d / "policy.pt", weights_only=True)["state_dict"]
+
+
+def test_sync_mode_is_bit_for_bit_reproducible(tmp_path: Path) -> None:
+    runs = []
+    for i in range(2):
+        d = tmp_path / f"run{i}"
+        args = ["run", "impala", "--actors", "2", "--mode", "sync", "--seed", "7",
+                "--total-steps", "30000", "--quiet", "--run-dir", str(d)]
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr
+        runs.append(d)
+    a, b = (_policy_params(d) for d in runs)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].equal(b[k]), f"{k} differs between two runs with the same seed"
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in runs)
+    for k in ("env_steps", "episodes", "learner_updates", "final_mean_return"):
+        assert sa[k] == sb[k], k
+    # and a different seed gives a different policy (the comparison can fail)
+    d = tmp_path / "other"
+    r = cli("run", "impala", "--actors", "2", "--mode", "sync", "--seed", "8",
+            "--total-steps", "30000", "--quiet", "--run-dir", str(d))
+    assert r.returncode == 0, r.stderr
+    c = _policy_params(d)
+    assert any(not a[k].equal(c[k]) for k in a)
+
+
+def _wait_for_rows(csv_path: Path, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 2:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no metrics row in {csv_path} after {timeout_s}s")
+
+
+def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
+    """SIGKILL an actor mid-run: the learner and the other actor end with errors naming it."""
+    from archzoo.comm.factory import free_port
+
+    d = tmp_path / "run"
+    port = str(free_port())
+    procs = []
+    for rank in range(3):
+        env = dict(_env(), RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port)
+        procs.append(subprocess.Popen(
+            [*ARCHZOO, "run", "impala", "--run-dir", str(d), "--time-limit", "120",
+             "--total-steps", "100000000", "--comm-timeout", "20", "--log-interval", "0.2",
+             "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        _wait_for_rows(d / "metrics.csv", 60)
+        t_kill = time.time()
+        procs[2].send_signal(signal.SIGKILL)
+        outs = [p.communicate(timeout=40)[0] for p in procs[:2]]
+        elapsed = time.time() - t_kill
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[0].returncode == 1, outs[0]
+    assert "rank 2" in outs[0] and "error" in outs[0], outs[0]
+    assert procs[1].returncode != 0, outs[1]
+    assert elapsed < 20, f"took {elapsed:.1f}s to notice"
+
+
+def _find_rank_pid(marker: str, rank: int) -> int | None:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd and b"python" in cmd and f"PMI_RANK={rank}\0".encode() in env:
+            return int(pid)
+    return None
+
+
+def test_dead_actor_ends_the_job_mpi(tmp_path: Path) -> None:
+    """SIGKILL an MPI actor mid-run: mpiexec ends the whole job with a non-zero code."""
+    d = tmp_path / "run"
+    from tests.mp import mpiexec_path
+
+    p = subprocess.Popen([mpiexec_path(), "-n", "3", *ARCHZOO, "run", "impala",
+                          "--run-dir", str(d), "--time-limit", "120", "--quiet",
+                          "--total-steps", "100000000", "--comm-timeout", "20",
+                          "--log-interval", "0.2"],
+                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_rows(d / "metrics.csv", 60)
+        pid = _find_rank_pid(str(d), 2)
+        assert pid is not None, "rank 2 process not found"
+        t_kill = time.time()
+        os.kill(pid, signal.SIGKILL)
+        out = p.communicate(timeout=40)[0]
+        elapsed = time.time() - t_kill
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0, out
+    assert elapsed < 20
+
+
+# -- bad input: one line, exit code 2, on rank 0 only ---------------------------------
+
+BAD = [
+    (["run", "nosucharch"], "unknown architecture"),
+    (["run", "impala", "--env", "NoSuchEnv-v9"], "unknown environment"),
+    (["run", "impala", "--actors", "-1"], "--actors"),
+    (["run", "impala", "--lr", "0"], "--lr"),
+    (["run", "impala", "--mode", "sometimes"], "invalid choice"),
+    (["run", "impala", "--envs-per-actor", "0"], "--envs-per-actor"),
+    (["run", "impala", "--unroll-length", "0"], "--unroll-length"),
+    (["run", "impala", "--total-steps", "abc"], "invalid int"),
+    (["run", "impala", "--env", "Pendulum-v1"], "Discrete"),
+    (["run", "impala", "--config", "/nonexistent.json"], "--config"),
+    (["eval", "/nonexistent-run-dir"], "policy.pt"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD)
+def test_bad_input_one_line_exit_2(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("archzoo: error:") and needle in err[0], err
+
+
+def test_bad_config_key(tmp_path: Path, capsys) -> None:
+    from archzoo.cli import main
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"lr": 0.001, "no_such_flag": 1}))
+    assert main(["run", "impala", "--config", str(f)]) == 2
+    assert "no_such_flag" in capsys.readouterr().err
+
+
+def test_config_file_sets_defaults(tmp_path: Path) -> None:
+    from archzoo.cli import parse
+
+    f = tmp_path / "c.toml"
+    f.write_text('lr = 0.0042\nunroll-length = 7\n')
+    args = parse(["run", "impala", "--config", str(f), "--unroll-length", "9"])
+    assert args.lr == 0.0042 and args.unroll_length == 9  # explicit flags win
+
+
+def test_device_cuda_without_gpu(capsys) -> None:
+    import torch
+
+    from archzoo.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["run", "impala", "--device", "cuda", "--actors", "0"]) == 2
+    assert "cuda" in capsys.readouterr().err
+
+
+def test_launcher_contradiction_rank0_only_prints() -> None:
+    """Under a 3-process launcher, --actors 5 is refused on every rank; only rank 0 says so."""
+    ranks = run_gloo(3, ["-m", "archzoo", "run", "impala", "--actors", "5"], timeout_s=60)
+    assert all(r.returncode == 2 for r in ranks), describe(ranks)
+    assert "contradicts the launcher's world size 3" in ranks[0].output
+    assert all(r.output.strip() == "" for r in ranks[1:]), describe(ranks)
+
+
+def test_mpi_backend_under_torchrun_is_refused() -> None:
+    ranks = run_gloo(2, ["-m", "archzoo", "run", "impala", "--backend", "mpi"], timeout_s=60)
+    assert all(r.returncode == 2 for r in ranks), describe(ranks)
+    assert "mpiexec" in ranks[0].output
+
+
+def test_list_names_architectures() -> None:
+    r = cli("list")
+    assert r.returncode == 0 and "impala" in r.stdout
+
+
+def test_help_shows_hyperparameters() -> None:
+    r = cli("run", "impala", "--help")
+    assert r.returncode == 0
+    for flag in ("--unroll-length", "--rho-bar", "--c-bar", "--entropy-coef", "--backend",
+                 "--mode", "--target-return"):
+        assert flag in r.stdout, flag
