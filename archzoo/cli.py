@@ -71,7 +71,8 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="replay a run's final policy")
     ev.add_argument("run_dir")
     ev.add_argument("--episodes", type=int, default=10)
-    ev.add_argument("--sample", action="store_true", help="sample actions (default greedy)")
+    ev.add_argument("--greedy", action="store_true",
+                    help="take the most likely action (default: sample, as in training)")
     ev.add_argument("--seed", type=int, default=12345)
     return p
 

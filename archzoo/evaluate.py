@@ -39,15 +39,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             with torch.no_grad():
                 logits, _ = model(torch.as_tensor(obs, dtype=torch.float32))
             lg = logits.numpy()
-            a = int(np.argmax(lg + rng.gumbel(size=lg.shape))) if args.sample \
-                else int(np.argmax(lg))
+            a = int(np.argmax(lg)) if args.greedy \
+                else int(np.argmax(lg + rng.gumbel(size=lg.shape)))
             obs, r, term, trunc, _ = env.step(a)
             total += float(r)
             done = term or trunc
         returns.append(total)
     env.close()
     result = {"run_dir": str(run_dir), "env": meta["env"], "episodes": args.episodes,
-              "policy": "sample" if args.sample else "greedy",
+              "policy": "greedy" if args.greedy else "sample",
               "mean_return": float(np.mean(returns)), "min_return": float(np.min(returns)),
               "max_return": float(np.max(returns))}
     print(json.dumps(result))

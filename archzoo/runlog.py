@@ -123,6 +123,8 @@ class Monitor:
         self.steps_to_target: int | None = None
         self._lag_sum = 0.0
         self._lag_n = 0
+        self._lag_total = 0.0
+        self._lag_count = 0
         self._last_t = time.time()
         self._last_steps = 0
         self.rows = 0
@@ -142,6 +144,13 @@ class Monitor:
     def add_lag(self, lag: float) -> None:
         self._lag_sum += lag
         self._lag_n += 1
+        self._lag_total += lag
+        self._lag_count += 1
+
+    @property
+    def lag_mean(self) -> float | None:
+        """Mean policy lag (learner version − behaviour version) over the whole run."""
+        return self._lag_total / self._lag_count if self._lag_count else None
 
     # -- reading ----------------------------------------------------------
     @property

@@ -1,4 +1,4 @@
-"""IMPALA (Espeholt et al. 2018; seed 004 §12.4.3): actors send unrolls, one learner trains.
+"""IMPALA (Espeholt et al. 2018; seed 004 §12.4.4): actors send unrolls, one learner trains.
 
 Roles on the star topology: rank 0 is the learner, ranks 1..N are actors.
 
@@ -16,7 +16,6 @@ Roles on the star topology: rank 0 is the learner, ranks 1..N are actors.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 import numpy as np
@@ -148,7 +147,7 @@ def _summary(ctx: RankContext, mon: Monitor, stop: str, learner: ImpalaLearner,
         "env_steps": mon.env_steps, "learner_updates": learner.version,
         "fps": mon.env_steps / mon.elapsed() if mon.elapsed() > 0 else 0.0,
         "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
-        "time_breakdown_s": timers, **extra,
+        "policy_lag_mean": mon.lag_mean, "time_breakdown_s": timers, **extra,
     }
 
 
@@ -229,9 +228,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     stop = None
     while stop is None:
         if cfg.mode == "sync":
-            batch = [(a, inbox.recv_from(a)) for a in actors]  # rank order: reproducible
+            # rank order: reproducible
+            batch = [(a, inbox.recv_from(a, on_poll=publisher.pump)) for a in actors]
         else:
-            peer, msg = inbox.recv_any()
+            peer, msg = inbox.recv_any(on_poll=publisher.pump)
             batch = [(peer, msg)]
             for p in inbox.ready():
                 if len(batch) >= max_batch:
@@ -250,6 +250,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             with timers("comm"):
                 get_flat(learner.model, publisher.latest["params"])
                 publisher.publish(version=learner.version)
+                if cfg.mode == "sync":
+                    publisher.wait_all()  # every actor waits for exactly this version
         c = t.counters.totals()
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
 
@@ -273,7 +275,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     }
     for a in actors:
         breakdown[f"actor{a}"] = byes[a].get("timing", {})
-    extra = {"policy_lag_mean": None, "per_rank_bytes": {"0": c}}
+    extra = {"per_rank_bytes": {"0": c}}
     extra["per_rank_bytes"].update({str(a): byes[a].get("bytes", {}) for a in actors})
     summary = _summary(ctx, mon, stop, learner, breakdown, extra)
     run_dir.write_summary(summary)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from archzoo.comm.base import Request, Transport
+from archzoo.comm.errors import CommError
 from archzoo.comm.inbox import Inbox
 from archzoo.comm.schema import Message, Schema
 
@@ -21,6 +22,14 @@ CONTROL_CAPACITY = 8192
 
 def control_schema(capacity: int = CONTROL_CAPACITY) -> Schema:
     return Schema("control", [("length", np.int64, ()), ("payload", np.uint8, (capacity,))])
+
+
+def _settled(req: Request) -> bool:
+    """Completed, or failed (a dead peer's failure surfaces where that peer is awaited)."""
+    try:
+        return req.test()
+    except CommError:
+        return True
 
 
 class ControlChannel:
@@ -40,7 +49,7 @@ class ControlChannel:
         data = json.dumps(obj, separators=(",", ":")).encode()
         if len(data) > self.capacity:
             raise ValueError(f"control message of {len(data)} B exceeds {self.capacity} B")
-        self._sending = [(m, r) for m, r in self._sending if not r.test()]
+        self._sending = [(m, r) for m, r in self._sending if not _settled(r)]
         msg = self.schema.new()
         msg["length"][...] = len(data)
         msg["payload"][: len(data)] = np.frombuffer(data, np.uint8)

@@ -10,11 +10,14 @@ class CommError(RuntimeError):
 class PeerTimeout(CommError):
     """A wait passed its deadline without the peer answering."""
 
-    def __init__(self, rank: int, peer: int | str, what: str, timeout_s: float) -> None:
+    def __init__(self, rank: int, peer: int | str, what: str, timeout_s: float,
+                 direction: str = "from") -> None:
         self.rank, self.peer, self.what, self.timeout_s = rank, peer, what, timeout_s
-        super().__init__(
-            f"rank {rank}: timed out after {timeout_s:g}s waiting for {what} from rank {peer}"
-        )
+        if direction == "to":
+            text = f"waiting for rank {peer} to take {what}"
+        else:
+            text = f"waiting for {what} from rank {peer}"
+        super().__init__(f"rank {rank}: timed out after {timeout_s:g}s {text}")
 
 
 class PeerFailure(CommError):

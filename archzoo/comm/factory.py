@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from archzoo.comm.base import DEFAULT_TIMEOUT_S, Transport
 
-_MPI_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
-_MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+_MPI_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+_MPI_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")  # world sizes, never per-node ones
 
 
 @dataclass(frozen=True)

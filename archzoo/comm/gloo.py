@@ -14,7 +14,6 @@ Gloo cannot withdraw a posted receive, so a finished rank leaves with
 from __future__ import annotations
 
 import datetime
-import os
 import queue
 import threading
 
@@ -32,12 +31,14 @@ _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp
 
 
 class GlooRequest(Request):
-    __slots__ = ("peer", "what", "nbytes", "_work", "_done", "_error", "_on_done", "_tensor")
+    __slots__ = ("peer", "what", "direction", "nbytes", "_work", "_done", "_error", "_on_done",
+                 "_tensor")
 
     def __init__(self, work: dist.Work, tensor: torch.Tensor, peer: int, what: str,
                  on_done=None) -> None:
         self._work, self._tensor = work, tensor
         self.peer, self.what = peer, what
+        self.direction = "from"
         self.nbytes = tensor.numel() * tensor.element_size()
         self._done = False
         self._error: BaseException | None = None
@@ -103,10 +104,6 @@ class GlooTransport(Transport):
             w = self._waiters[key] = _Waiter(f"gloo-wait-{key}")
         return w
 
-    def _check_peer(self, peer: int) -> None:
-        if not 0 <= peer < self.world_size or peer == self.rank:
-            raise ValueError(f"rank {self.rank}: bad peer rank {peer} (world size {self.world_size})")
-
     def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> GlooRequest:
         self._check_peer(dst)
         t = torch.from_numpy(as_bytes(buf))
@@ -114,7 +111,8 @@ class GlooTransport(Transport):
             work = dist.isend(t, dst=dst, tag=tag)
         except RuntimeError as e:
             raise PeerFailure(self.rank, dst, f"sending {what}", e) from e
-        req = GlooRequest(work, t, dst, f"sending {what}")
+        req = GlooRequest(work, t, dst, what)
+        req.direction = "to"
         self.counters.sent(dst, req.nbytes)
         self._waiter(("send", dst, tag)).queue.put(req)
         return req
@@ -150,5 +148,5 @@ class GlooTransport(Transport):
         return self._collective(dist.broadcast(t, src=root, async_op=True), t, "broadcast")
 
     def shutdown(self) -> None:
-        """Nothing to do: gloo cannot cancel posted receives; the process exits via os._exit."""
-        os.environ.setdefault("ARCHZOO_HARD_EXIT", "1")
+        """Nothing to withdraw: gloo cannot cancel posted receives, so the caller ends the
+        process with ``os._exit`` (archzoo.worker) and the pending receives die with it."""

@@ -30,6 +30,8 @@ class Inbox:
         self.transport, self.schema, self.tag = transport, schema, tag
         self.what = what or schema.name
         self.peers = list(peers)
+        if len(set(self.peers)) != len(self.peers):
+            raise ValueError(f"Inbox {self.what!r}: a peer is listed twice: {self.peers}")
         self._slots: dict[int, deque[tuple[Message, Request]]] = {}
         for p in self.peers:
             self._slots[p] = deque(self._post(p, schema.new()) for _ in range(depth))

@@ -23,11 +23,13 @@ def _mpi():
 
 
 class MPIRequest(Request):
-    __slots__ = ("peer", "what", "nbytes", "_req", "_done", "_on_done", "_buf", "_rank")
+    __slots__ = ("peer", "what", "direction", "nbytes", "_req", "_done", "_on_done", "_buf",
+                 "_rank")
 
-    def __init__(self, req, buf: np.ndarray, peer, what: str, rank: int, on_done=None) -> None:
+    def __init__(self, req, buf: np.ndarray, peer, what: str, rank: int, on_done=None,
+                 direction: str = "from") -> None:
         self._req, self._buf = req, buf
-        self.peer, self.what, self._rank = peer, what, rank
+        self.peer, self.what, self._rank, self.direction = peer, what, rank, direction
         self.nbytes = buf.nbytes
         self._done = False
         self._on_done = on_done
@@ -41,6 +43,7 @@ class MPIRequest(Request):
             raise PeerFailure(self._rank, self.peer, self.what, e) from e
         if done:
             self._done = True
+            self._buf = None
             if self._on_done is not None:
                 self._on_done(self)
         return done
@@ -50,6 +53,7 @@ class MPIRequest(Request):
             self._req.Cancel()
             self._req.Wait()
             self._done = True
+            self._buf = None
 
 
 class MPITransport(Transport):
@@ -64,17 +68,13 @@ class MPITransport(Transport):
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-        self._pending: list[MPIRequest] = []
-
-    def _check_peer(self, peer: int) -> None:
-        if not 0 <= peer < self.world_size or peer == self.rank:
-            raise ValueError(f"rank {self.rank}: bad peer rank {peer} (world size {self.world_size})")
+        self._pending: set[MPIRequest] = set()  # posted receives, withdrawn at shutdown
 
     def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> MPIRequest:
         self._check_peer(dst)
         b = as_bytes(buf)
-        req = MPIRequest(self.comm.Isend([b, self.MPI.BYTE], dst, tag), b, dst,
-                         f"sending {what}", self.rank)
+        req = MPIRequest(self.comm.Isend([b, self.MPI.BYTE], dst, tag), b, dst, what,
+                         self.rank, direction="to")
         self.counters.sent(dst, b.nbytes)
         return req
 
@@ -82,11 +82,13 @@ class MPITransport(Transport):
         self._check_peer(src)
         b = as_bytes(buf)
         req = MPIRequest(self.comm.Irecv([b, self.MPI.BYTE], src, tag), b, src, what, self.rank,
-                         on_done=lambda r: self.counters.received(r.peer, r.nbytes))
-        self._pending.append(req)
-        if len(self._pending) > 4096:
-            self._pending = [r for r in self._pending if not r._done]
+                         on_done=self._received)
+        self._pending.add(req)
         return req
+
+    def _received(self, req: MPIRequest) -> None:
+        self.counters.received(req.peer, req.nbytes)
+        self._pending.discard(req)
 
     def _ibarrier(self) -> MPIRequest:
         return MPIRequest(self.comm.Ibarrier(), np.zeros(0, np.uint8), "any", "barrier", self.rank)
@@ -100,7 +102,7 @@ class MPITransport(Transport):
 
     def shutdown(self) -> None:
         """Withdraw receives that will never be matched, then leave MPI cleanly."""
-        for r in self._pending:
+        for r in list(self._pending):
             try:
                 r.cancel()
             except Exception:  # noqa: BLE001 - best effort at exit
