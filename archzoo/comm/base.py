@@ -76,24 +76,25 @@ class Counters:
 
 
 class Backoff:
-    """Spin for the first 50 µs, then sleep between polls, doubling up to 1 ms.
+    """Spin for ``spin_s`` (50 µs), then sleep between polls, doubling up to 1 ms.
 
     Spinning is time-bounded, not count-bounded: a poll costs well under a microsecond,
     while ``time.sleep`` here never sleeps less than ~70 µs. On a 2-core machine running
     three processes, a waiter that kept spinning would steal the core its peer needs.
     """
 
-    __slots__ = ("_t0", "_sleep")
-    SPIN_S = 50e-6
+    __slots__ = ("_t0", "_sleep", "_idle", "_spin_s")
 
-    def __init__(self) -> None:
+    def __init__(self, idle: Callable[[float], None] = time.sleep, spin_s: float = 50e-6) -> None:
         self._t0 = time.perf_counter()
         self._sleep = 2.5e-5
+        self._idle = idle  # sleeps at most its argument; may return early on progress
+        self._spin_s = spin_s
 
     def pause(self) -> None:
-        if time.perf_counter() - self._t0 < self.SPIN_S:
+        if time.perf_counter() - self._t0 < self._spin_s:
             return
-        time.sleep(self._sleep)
+        self._idle(self._sleep)
         self._sleep = min(1e-3, self._sleep * 2)
 
 
@@ -103,11 +104,16 @@ class Transport(ABC):
     backend: str
     rank: int
     world_size: int
+    spin_s: float = 50e-6  # how long a wait polls flat out before it starts to sleep
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
         self.counters = Counters()
         self.wait_s = 0.0  # time spent blocked in waits: the "wait" of the time breakdown
+
+    def idle(self, seconds: float) -> None:
+        """Pause between polls; an engine that learns of progress may return early."""
+        time.sleep(seconds)
 
     # -- engine primitives -------------------------------------------------
     @abstractmethod
@@ -144,7 +150,7 @@ class Transport(ABC):
             return
         t0 = time.perf_counter()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
-        backoff = Backoff()
+        backoff = Backoff(self.idle, self.spin_s)
         try:
             while not req.test():
                 if on_poll is not None:
@@ -162,7 +168,7 @@ class Transport(ABC):
             raise ValueError("wait_any needs at least one request")
         t0 = time.perf_counter()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
-        backoff = Backoff()
+        backoff = Backoff(self.idle, self.spin_s)
         try:
             while True:
                 for i, r in enumerate(reqs):

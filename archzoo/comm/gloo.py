@@ -60,11 +60,12 @@ class GlooRequest(Request):
 
 
 class _Waiter(threading.Thread):
-    """Waits on gloo works in posting order and flags each one done."""
+    """Waits on gloo works in posting order, flags each one done and signals progress."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, progress: threading.Event) -> None:
         super().__init__(name=name, daemon=True)
         self.queue: queue.SimpleQueue[GlooRequest] = queue.SimpleQueue()
+        self.progress = progress
         self.start()
 
     def run(self) -> None:
@@ -75,6 +76,7 @@ class _Waiter(threading.Thread):
             except BaseException as e:  # noqa: BLE001 - the error is re-raised by test()
                 req._error = e
             req._done = True
+            self.progress.set()
 
 
 class GlooTransport(Transport):
@@ -96,13 +98,21 @@ class GlooTransport(Transport):
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=_GROUP_TIMEOUT)
         self._waiters: dict[tuple, _Waiter] = {}
-        self._lock = threading.Lock()
+        self._progress = threading.Event()  # set by a waiter thread whenever a work completes
 
     def _waiter(self, key: tuple) -> _Waiter:
         w = self._waiters.get(key)
         if w is None:
-            w = self._waiters[key] = _Waiter(f"gloo-wait-{key}")
+            w = self._waiters[key] = _Waiter(f"gloo-wait-{key}", self._progress)
         return w
+
+    def idle(self, seconds: float) -> None:
+        """Sleep until a waiter thread reports a completion, or ``seconds`` pass.
+
+        Polling loops re-test their requests after this returns, and a request's done
+        flag is set before the event, so clearing here can't lose a completion."""
+        self._progress.wait(seconds)
+        self._progress.clear()
 
     def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> GlooRequest:
         self._check_peer(dst)

@@ -69,7 +69,7 @@ class Inbox:
         t = self.transport
         t0 = time.perf_counter()
         deadline = t0 + (t.timeout_s if timeout_s is None else timeout_s)
-        backoff = Backoff()
+        backoff = Backoff(t.idle, t.spin_s)
         n = len(self.peers)
         try:
             while True:

@@ -60,6 +60,9 @@ class MPITransport(Transport):
     """Point-to-point and collectives over MPI.COMM_WORLD (a dup of it)."""
 
     backend = "mpi"
+    # MPICH moves a large message through shared memory in chunks, and only while some
+    # MPI call runs on both sides: a waiter that sleeps stalls the copy. So poll longer.
+    spin_s = 1e-3
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         super().__init__(timeout_s)
