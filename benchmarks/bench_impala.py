@@ -5,8 +5,11 @@
    with no learner and no transport, measured in the same run.
 2. Time and env steps to the target (475 on CartPole-v1), measured from the first env
    step, for several seeds, beside the ``--actors 0`` single-process baseline.
+3. ``--matrix``: one solve with every launch way and backend (embedded, torchrun,
+   mpiexec; gloo and MPI; async and sync).
 
     python benchmarks/bench_impala.py [--actors 2] [--envs-per-actor 16] [--seeds 0 1 2]
+    python benchmarks/bench_impala.py --matrix --throughput-actors --seeds
 """
 
 from __future__ import annotations
@@ -65,6 +68,39 @@ def archzoo_run(args: list[str], run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def launch_matrix(target: float, seed: int, tmp: Path) -> None:
+    """Solve once with each launch way, both backends, both modes."""
+    bindir = Path(sys.executable).parent
+    common = ["run", "impala", "--quiet", "--target-return", str(target), "--seed", str(seed),
+              "--time-limit", "300"]
+    ways = {
+        "embedded, gloo, async": [sys.executable, "-m", "archzoo", *common, "--actors", "2"],
+        "embedded, mpi, async": [sys.executable, "-m", "archzoo", *common, "--actors", "2",
+                                 "--backend", "mpi"],
+        "embedded, gloo, sync": [sys.executable, "-m", "archzoo", *common, "--actors", "2",
+                                 "--mode", "sync"],
+        "torchrun, gloo, async": [str(bindir / "torchrun"), "--standalone",
+                                  "--nproc_per_node", "3", "-m", "archzoo", *common],
+        "mpiexec, mpi, async": [str(bindir / "mpiexec"), "-n", "3", sys.executable, "-m",
+                                "archzoo", *common],
+        "mpiexec, mpi, sync": [str(bindir / "mpiexec"), "-n", "3", sys.executable, "-m",
+                               "archzoo", *common, "--mode", "sync"],
+    }
+    print(f"\n### Every launch way: time to {target:g} (seed {seed})\n")
+    print("| launch | exit | solved | time (s) | env steps | start-up (s) | fps | policy lag |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for i, (label, cmd) in enumerate(ways.items()):
+        d = tmp / f"matrix{i}"
+        r = subprocess.run([*cmd, "--run-dir", str(d)], capture_output=True, text=True)
+        s = json.loads((d / "summary.json").read_text()) if r.returncode == 0 else {}
+        t, steps = s.get("time_to_target_s"), s.get("env_steps_to_target")
+        lag = s.get("policy_lag_mean")
+        print(f"| {label} | {r.returncode} | {s.get('solved')} | "
+              f"{'-' if t is None else f'{t:.1f}'} | {'-' if steps is None else f'{steps:,}'} "
+              f"| {s.get('startup_s', 0):.1f} | {s.get('fps', 0):,.0f} | "
+              f"{'-' if lag is None else f'{lag:.2f}'} |", flush=True)
+
+
 def steady_fps(run_dir: Path, warmup_s: float) -> float:
     rows = [r for r in csv.DictReader(open(run_dir / "metrics.csv"))
             if float(r["time_s"]) > warmup_s and float(r["fps"]) > 0]
@@ -81,6 +117,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=15.0, help="throughput run length")
     p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     p.add_argument("--target", type=float, default=475.0)
+    p.add_argument("--matrix", action="store_true", help="one solve per launch way")
     p.add_argument("--throughput-actors", type=int, nargs="*", default=[1, 2],
                    help="actor counts for the throughput table (empty: skip it)")
     a = p.parse_args()
@@ -102,6 +139,10 @@ def main() -> None:
                              "--log-interval", "1"], d)
                 fps = steady_fps(d, warmup_s=2.0)
                 print(f"| {n} | {base:,.0f} | {fps:,.0f} | {fps / base:.2f} |", flush=True)
+        if a.matrix:
+            launch_matrix(a.target, a.seeds[0] if a.seeds else 0, tmp_path)
+        if not a.seeds:
+            return
         print(f"\n### Time to {a.target:g} from the first env step\n")
         print("| setup | seed | solved | time (s) | env steps | start-up (s) |")
         print("| --- | ---: | --- | ---: | ---: | ---: |")

@@ -260,13 +260,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             inbox.release(p)  # unrolls in flight after STOP are received and dropped
         publisher.pump()
 
-    def outstanding() -> None:
-        for leaf in actors:
-            req = publisher._req[leaf]
-            if req is not None:
-                t.wait(req, on_poll=drain)
-
-    byes = finish_root(ctx, control, actors, drain, outstanding)
+    byes = finish_root(ctx, control, actors, drain,
+                       outstanding=lambda: publisher.wait_all(on_poll=drain))
     c = t.counters.totals()
     mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
     breakdown: dict[str, Any] = {

@@ -61,14 +61,10 @@ class StarPublisher:
             self._stale.discard(leaf)
 
     def wait_all(self, timeout_s: float | None = None, on_poll=None) -> None:
-        """Wait until every leaf holds the latest version (sync mode)."""
-        while self._stale:
+        """Wait until every leaf has taken the latest version (sync mode, and at stop)."""
+        while True:
             self.pump()
-            for leaf in self.leaves:
-                req = self._req[leaf]
-                if req is not None and leaf in self._stale:
-                    self.transport.wait(req, timeout_s, on_poll)
-        for leaf in self.leaves:
-            req = self._req[leaf]
-            if req is not None:
-                self.transport.wait(req, timeout_s, on_poll)
+            pending = [r for r in self._req.values() if r is not None and not r.test()]
+            if not pending:
+                return
+            self.transport.wait(pending[0], timeout_s, on_poll)
