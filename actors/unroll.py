@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from actors.episodes import EpisodeTracker
 from archzoo.comm.schema import Schema
 from archzoo.envs import EnvSpec, make_vector_env
 
@@ -52,12 +53,8 @@ class UnrollActor:
         self.envs = make_vector_env(spec.env_id, num_envs)
         self.obs, _ = self.envs.reset(seed=seed)
         self.rng = np.random.default_rng(seed)
-        self.prev_done = np.zeros(num_envs, dtype=bool)  # the next step is an autoreset step
-        self.ep_return = np.zeros(num_envs, dtype=np.float64)
-        self.ep_length = np.zeros(num_envs, dtype=np.int64)
+        self.tracker = EpisodeTracker(num_envs)
         self.version = 0
-        self.env_steps = 0      # valid transitions so far
-        self.episodes = 0
         self.env_s = 0.0
         self.inference_s = 0.0
         self.first_step_time = 0.0
@@ -86,31 +83,32 @@ class UnrollActor:
             t0 = time.perf_counter()
             next_obs, reward, term, trunc, _ = self.envs.step(actions)
             self.env_s += time.perf_counter() - t0
-            ok = ~self.prev_done
+            ok = self.tracker.valid()
             valid[t] = ok
             msg["actions"][t] = actions
             msg["behaviour_logits"][t] = logits
             msg["rewards"][t] = np.where(ok, reward, 0.0)
-            done = (term | trunc) & ok
             msg["terminated"][t] = term & ok
             msg["truncated"][t] = trunc & ok
             obs[t + 1] = next_obs
-            self.ep_return += np.where(ok, reward, 0.0)
-            self.ep_length += ok
-            for e in np.flatnonzero(done):
-                ep_returns[n_ep] = self.ep_return[e]
-                ep_lengths[n_ep] = self.ep_length[e]
-                n_ep += 1
-            self.ep_return[done] = 0.0
-            self.ep_length[done] = 0
-            self.prev_done = done
+            _, rets, lens = self.tracker.step(reward, term, trunc, ok)
+            ep_returns[n_ep:n_ep + len(rets)] = rets
+            ep_lengths[n_ep:n_ep + len(rets)] = lens
+            n_ep += len(rets)
         self.obs = next_obs
         msg["ep_count"][...] = n_ep
         msg["version"][...] = self.version
         msg["first_step_time"][...] = self.first_step_time
         msg["timing"][:] = (self.env_s, self.inference_s)
-        self.env_steps += int(valid.sum())
-        self.episodes += n_ep
+
+    @property
+    def env_steps(self) -> int:
+        """Valid transitions so far."""
+        return self.tracker.env_steps
+
+    @property
+    def episodes(self) -> int:
+        return self.tracker.episodes
 
     def close(self) -> None:
         self.envs.close()

@@ -140,9 +140,6 @@ def validate_run(args: argparse.Namespace) -> Any:
             raise UsageError(f"{flag} must be > 0, got {value}")
     if args.actors is not None and args.actors < 0:
         raise UsageError(f"--actors must be >= 0, got {args.actors}")
-    problem = arch.validate(args)
-    if problem:
-        raise UsageError(problem)
     try:
         spec = env_spec(args.env)
     except EnvError as e:
@@ -165,17 +162,21 @@ def validate_run(args: argparse.Namespace) -> Any:
     else:
         args.backend = args.backend or "gloo"
     if launch.under_launcher:
-        expected_actors = launch.world_size - 1
-        if args.actors_given and arch.world_size_for(args.actors) != launch.world_size:
+        expected_actors = arch.actors_for(args, launch.world_size)
+        if args.actors_given and arch.world_size_for(args, args.actors) != launch.world_size:
             raise UsageError(f"--actors {args.actors} contradicts the launcher's world size "
                              f"{launch.world_size} (that is --actors {expected_actors})")
+        if expected_actors < 1 and launch.world_size > 1:
+            need = arch.world_size_for(args, 1)
+            raise UsageError(f"{args.arch} needs at least {need} processes with these flags, "
+                             f"the launcher started {launch.world_size}")
         args.actors = expected_actors
     elif args.actors is None:
         args.actors = 2
-    world = launch.world_size if launch.under_launcher else arch.world_size_for(args.actors)
-    if world < arch.min_world_size(args):
-        raise UsageError(f"{args.arch} needs at least {arch.min_world_size(args)} processes, "
-                         f"got {world}")
+    world = launch.world_size if launch.under_launcher else arch.world_size_for(args, args.actors)
+    problem = arch.validate(args)
+    if problem:
+        raise UsageError(problem)
     if args.backend == "mpi":
         import importlib.util
 

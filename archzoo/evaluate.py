@@ -22,11 +22,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from archzoo.nets import ActorCritic
+    from learners.dqn import QNetwork
 
     torch.set_num_threads(1)
     saved = torch.load(policy, weights_only=True)
     meta = saved["meta"]
-    model = ActorCritic(tuple(meta["obs_shape"]), meta["num_actions"], meta["hidden"])
+    q_net = meta.get("net") == "q"  # Q-networks (Ape-X) act greedily: argmax_a Q(s, a)
+    if q_net:
+        model = QNetwork(tuple(meta["obs_shape"]), meta["num_actions"], meta["hidden"],
+                         meta["dueling"])
+    else:
+        model = ActorCritic(tuple(meta["obs_shape"]), meta["num_actions"], meta["hidden"])
     model.load_state_dict(saved["state_dict"])
     model.eval()
     rng = np.random.default_rng(args.seed)
@@ -37,9 +43,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         total, done = 0.0, False
         while not done:
             with torch.no_grad():
-                logits, _ = model(torch.as_tensor(obs, dtype=torch.float32))
-            lg = logits.numpy()
-            a = int(np.argmax(lg)) if args.greedy \
+                out = model(torch.as_tensor(obs, dtype=torch.float32))
+            lg = (out if q_net else out[0]).numpy()
+            a = int(np.argmax(lg)) if args.greedy or q_net \
                 else int(np.argmax(lg + rng.gumbel(size=lg.shape)))
             obs, r, term, trunc, _ = env.step(a)
             total += float(r)
@@ -47,7 +53,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         returns.append(total)
     env.close()
     result = {"run_dir": str(run_dir), "env": meta["env"], "episodes": args.episodes,
-              "policy": "greedy" if args.greedy else "sample",
+              "policy": "greedy" if args.greedy or q_net else "sample",
               "mean_return": float(np.mean(returns)), "min_return": float(np.min(returns)),
               "max_return": float(np.max(returns))}
     print(json.dumps(result))

@@ -107,7 +107,8 @@ class Monitor:
 
     def __init__(self, run_dir: RunDir | None, target_return: float | None,
                  total_steps: int | None, time_limit_s: float | None, log_interval_s: float,
-                 label: str, quiet: bool = False, window: int = 100) -> None:
+                 label: str, quiet: bool = False, window: int = 100,
+                 eval_window: int | None = None) -> None:
         self.run_dir = run_dir
         self.target, self.total_steps, self.time_limit = target_return, total_steps, time_limit_s
         self.log_interval, self.label, self.quiet = log_interval_s, label, quiet
@@ -116,7 +117,8 @@ class Monitor:
         self.episodes = 0
         self.env_steps = 0
         self.updates = 0
-        self.eval_mean_return: float | None = None
+        self.eval_returns: deque[float] | None = deque(maxlen=eval_window) \
+            if eval_window else None
         self.t_start = time.time()
         self.first_step_time: float | None = None
         self.time_to_target_s: float | None = None
@@ -152,14 +154,27 @@ class Monitor:
         """Mean policy lag (learner version − behaviour version) over the whole run."""
         return self._lag_total / self._lag_count if self._lag_count else None
 
+    def add_eval(self, returns) -> None:
+        """Greedy evaluation returns (architectures that explore with ε are judged by them)."""
+        if self.eval_returns is not None:
+            self.eval_returns.extend(float(r) for r in returns)
+
     # -- reading ----------------------------------------------------------
+    @property
+    def eval_mean_return(self) -> float | None:
+        """Mean of the last ``eval_window`` greedy episodes, once that many have finished."""
+        ev = self.eval_returns
+        if not ev or len(ev) < (ev.maxlen or 0):
+            return None
+        return sum(ev) / len(ev)
+
     @property
     def mean_return(self) -> float | None:
         return sum(self.returns) / len(self.returns) if self.returns else None
 
     def judged_return(self) -> float | None:
         """What 'solved' uses: greedy eval return where there is one, else training returns."""
-        if self.eval_mean_return is not None:
+        if self.eval_returns is not None:
             return self.eval_mean_return
         if len(self.returns) < self.window:
             return None

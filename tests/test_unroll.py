@@ -410,7 +410,7 @@ def test_version_first_step_time_timing_and_env_steps():
     n_valid_naive = sum(int(x) for u in unrolls for x in u["valid"].ravel())
     assert actor.env_steps == n_valid_naive
     # every valid step belongs to a finished episode or to one still running
-    assert actor.env_steps == sum(ep[1] for ep in episodes) + int(actor.ep_length.sum())
+    assert actor.env_steps == sum(ep[1] for ep in episodes) + int(actor.tracker.length.sum())
     assert actor.episodes == len(episodes) == sum(int(u["ep_count"]) for u in unrolls)
     actor.close()
 

@@ -12,6 +12,8 @@ from types import ModuleType
 ARCHITECTURES: dict[str, tuple[str, str]] = {
     "impala": ("archzoo.architectures.impala",
                "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner"),
+    "apex": ("archzoo.architectures.apex",
+             "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner"),
 }
 
 

@@ -25,6 +25,36 @@ from archzoo.comm.factory import Launch
 TAG_CONTROL = 1
 TAG_PARAMS = 2
 TAG_UNROLL = 3
+TAG_TRANSITIONS = 4
+TAG_SAMPLE_REQUEST = 5
+TAG_SAMPLE_REPLY = 6
+
+
+def run_summary(ctx: RankContext, mon: Any, stop: str, arch: str, topology: str,
+                topology_applied: str, device: Any, updates: int, timers: dict[str, Any],
+                extra: dict[str, Any]) -> dict[str, Any]:
+    """The fields of summary.json every architecture writes (DESIGN.md, Runs)."""
+    cfg, t = ctx.cfg, ctx.transport
+    totals = t.counters.totals() if t else {"bytes_sent": 0, "bytes_recv": 0}
+    elapsed = mon.elapsed()
+    return {
+        "arch": arch, "env": cfg.env, "backend": t.backend if t else "none",
+        "launcher": ctx.launch.launcher, "topology": topology,
+        "topology_applied": topology_applied, "mode": cfg.mode,
+        "world_size": ctx.world_size, "actors": getattr(cfg, "actors", None),
+        "envs_per_actor": cfg.envs_per_actor, "device": str(device), "seed": cfg.seed,
+        "solved": mon.time_to_target_s is not None, "stop_reason": stop,
+        "target_return": cfg.target_return,
+        "time_to_target_s": mon.time_to_target_s, "env_steps_to_target": mon.steps_to_target,
+        "startup_s": (mon.first_step_time - ctx.t_launch) if mon.first_step_time else None,
+        "wall_s": elapsed, "final_mean_return": mon.mean_return,
+        "eval_mean_return": mon.eval_mean_return, "episodes": mon.episodes,
+        "env_steps": mon.env_steps, "learner_updates": updates,
+        "fps": mon.env_steps / elapsed if elapsed > 0 else 0.0,
+        "policy_lag_mean": mon.lag_mean,
+        "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
+        "time_breakdown_s": timers, **extra,
+    }
 
 
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error

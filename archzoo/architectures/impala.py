@@ -33,6 +33,7 @@ from archzoo.architectures.common import (
     finish_root,
     handshake_leaf,
     handshake_root,
+    run_summary,
 )
 from archzoo.comm import ControlChannel, Inbox, Message
 from archzoo.envs import EnvSpec, env_spec
@@ -83,12 +84,13 @@ def validate(cfg: argparse.Namespace) -> str | None:
     return None
 
 
-def min_world_size(cfg: argparse.Namespace) -> int:
-    return 1
-
-
-def world_size_for(actors: int) -> int:
+def world_size_for(cfg: argparse.Namespace, actors: int) -> int:
+    """Processes for ``actors`` actors: one learner plus the actors (just one with 0)."""
     return actors + 1 if actors > 0 else 1
+
+
+def actors_for(cfg: argparse.Namespace, world_size: int) -> int:
+    return world_size - 1
 
 
 # -- building blocks ------------------------------------------------------------------
@@ -122,33 +124,6 @@ def _account(mon: Monitor, msg: Message, learner_version: int) -> None:
     mon.add_episodes(msg["ep_returns"][:n])
     mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
     mon.add_lag(learner_version - int(msg["version"]))
-
-
-def _summary(ctx: RankContext, mon: Monitor, stop: str, learner: ImpalaLearner,
-             timers: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    cfg = ctx.cfg
-    t = ctx.transport
-    totals = t.counters.totals() if t else {"bytes_sent": 0, "bytes_recv": 0}
-    solved = mon.time_to_target_s is not None
-    return {
-        "arch": NAME, "env": cfg.env,
-        "backend": t.backend if t else "none",
-        "launcher": ctx.launch.launcher,
-        "topology": "star" if t else "none",
-        "topology_applied": TOPOLOGY_APPLIED["star"] if t else "single process, no transport",
-        "mode": cfg.mode, "world_size": ctx.world_size,
-        "actors": max(0, ctx.world_size - 1), "envs_per_actor": cfg.envs_per_actor,
-        "device": str(learner.device), "seed": cfg.seed,
-        "solved": solved, "stop_reason": stop, "target_return": cfg.target_return,
-        "time_to_target_s": mon.time_to_target_s, "env_steps_to_target": mon.steps_to_target,
-        "startup_s": (mon.first_step_time - ctx.t_launch) if mon.first_step_time else None,
-        "wall_s": mon.elapsed(),
-        "final_mean_return": mon.mean_return, "episodes": mon.episodes,
-        "env_steps": mon.env_steps, "learner_updates": learner.version,
-        "fps": mon.env_steps / mon.elapsed() if mon.elapsed() > 0 else 0.0,
-        "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
-        "policy_lag_mean": mon.lag_mean, "time_breakdown_s": timers, **extra,
-    }
 
 
 def _save(ctx: RankContext, run_dir: RunDir, learner: ImpalaLearner, spec: EnvSpec) -> None:
@@ -201,7 +176,8 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     actor.close()
     timers = {"actor0": dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
               "learner": {"update": learner.update_s}}
-    summary = _summary(ctx, mon, stop, learner, timers, {})
+    summary = run_summary(ctx, mon, stop, NAME, "none", "single process, no transport",
+                          learner.device, learner.version, timers, {})
     run_dir.write_summary(summary)
     _save(ctx, run_dir, learner, spec)
     run_dir.close()
@@ -272,7 +248,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         breakdown[f"actor{a}"] = byes[a].get("timing", {})
     extra = {"per_rank_bytes": {"0": c}}
     extra["per_rank_bytes"].update({str(a): byes[a].get("bytes", {}) for a in actors})
-    summary = _summary(ctx, mon, stop, learner, breakdown, extra)
+    summary = run_summary(ctx, mon, stop, NAME, "star", TOPOLOGY_APPLIED["star"],
+                          learner.device, learner.version, breakdown, extra)
     run_dir.write_summary(summary)
     _save(ctx, run_dir, learner, spec)
     run_dir.close()

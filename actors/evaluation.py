@@ -1,0 +1,37 @@
+"""Greedy evaluation episodes: how good is the policy without exploration noise?
+
+An Ape-X actor at ε = 0.4 cannot average 475 on CartPole however good its Q-network, so
+architectures that explore with ε are judged by greedy episodes (DESIGN.md, Episodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from archzoo.envs import make_vector_env
+
+
+class GreedyEvaluator:
+    """Runs ``episodes`` envs side by side until each has finished one episode."""
+
+    def __init__(self, env_id: str, episodes: int, seed: int) -> None:
+        self.envs = make_vector_env(env_id, episodes)
+        self.episodes, self.seed = episodes, seed
+        self.rounds = 0
+
+    def run(self, act: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Returns of one episode per env under ``act`` (observations -> actions)."""
+        obs, _ = self.envs.reset(seed=self.seed + 7919 * self.rounds)
+        self.rounds += 1
+        ret = np.zeros(self.episodes)
+        done = np.zeros(self.episodes, dtype=bool)
+        while not done.all():
+            obs, r, term, trunc, _ = self.envs.step(act(obs))
+            ret += np.where(done, 0.0, r)
+            done |= term | trunc
+        return ret
+
+    def close(self) -> None:
+        self.envs.close()

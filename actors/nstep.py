@@ -1,0 +1,122 @@
+"""n-step transitions from per-step vector-env data, as Ape-X actors store them.
+
+Ape-X (Horgan et al. 2018, Algorithm 1; the book's Algorithm 12.41) actors keep a short local
+buffer per env and add n-step transitions (s_t, a_t, R_t, s_{t+n}, γ^n) to replay, with the
+truncated n-step return of Sutton & Barto (§7.1): R_t = Σ_{i<k} γ^i r_{t+i}, k = min(n, L−t).
+
+Episode ends follow DESIGN.md "Episodes": the autoreset step after an end is not a transition
+(``valid=False``) and is skipped; on termination the bootstrap discount is 0; on truncation the
+observation returned with ``truncated=True`` is the final observation, bootstrapped with γ^k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class NStepBatch:
+    """M n-step transitions: obs [M,*], action [M], ret [M], next_obs [M,*], discount [M]."""
+
+    obs: np.ndarray
+    action: np.ndarray    # int64
+    ret: np.ndarray       # float32, Σ_{i<k} γ^i r_{t+i}
+    next_obs: np.ndarray
+    discount: np.ndarray  # float32: γ^n, γ^k (truncated) or 0 (terminated)
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+
+class NStepAssembler:
+    """Turns per-step vector-env data into n-step transitions (obs, action, R, next_obs, discount).
+
+    Each env keeps a ring buffer of the last ≤ n pending (obs, action, reward) of its current
+    episode. Mid-episode emission (the common case) is vectorised over envs; episode ends are
+    handled per env. Emission order: by env, then oldest first.
+    """
+
+    def __init__(self, num_envs: int, n: int, gamma: float, obs_shape: tuple[int, ...],
+                 obs_dtype: np.dtype | type = np.float32) -> None:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.E, self.n, self.gamma = num_envs, n, float(gamma)
+        self.obs_shape = tuple(obs_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self._obs = np.zeros((num_envs, n, *self.obs_shape), dtype=self.obs_dtype)
+        self._act = np.zeros((num_envs, n), dtype=np.int64)
+        self._rew = np.zeros((num_envs, n), dtype=np.float64)
+        self._head = np.zeros(num_envs, dtype=np.int64)   # slot of the oldest pending item
+        self._count = np.zeros(num_envs, dtype=np.int64)  # pending items
+        self._pows = [self.gamma ** i for i in range(n + 1)]
+
+    def pending(self) -> np.ndarray:
+        """Number of pending (not yet emitted) items per env."""
+        return self._count.copy()
+
+    def reset(self) -> None:
+        """Drop every pending item (e.g. after the envs were reset)."""
+        self._head[:] = 0
+        self._count[:] = 0
+
+    def step(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+             terminated: np.ndarray, truncated: np.ndarray, next_obs: np.ndarray,
+             valid: np.ndarray) -> NStepBatch:
+        """Add one step of every env ([E, ...] arrays); return the transitions it completes."""
+        valid = np.asarray(valid, dtype=bool)
+        terminated = np.asarray(terminated, dtype=bool)
+        ended = valid & (terminated | np.asarray(truncated, dtype=bool))
+        rows = np.flatnonzero(valid)
+        slot = (self._head[rows] + self._count[rows]) % self.n
+        self._obs[rows, slot] = obs[rows]
+        self._act[rows, slot] = np.asarray(actions)[rows]
+        self._rew[rows, slot] = np.asarray(rewards, dtype=np.float64)[rows]
+        self._count[rows] += 1
+
+        parts: list[tuple[np.ndarray, ...]] = []  # (env, obs, action, ret, next_obs, discount)
+        full = np.flatnonzero(valid & ~ended & (self._count == self.n))
+        if len(full):  # emit the oldest item: R = Σ_{i<n} γ^i r_i, discount γ^n
+            idx = (self._head[full, None] + np.arange(self.n)) % self.n
+            rew = self._rew[full[:, None], idx]
+            ret = np.zeros(len(full))
+            for i in range(self.n):
+                ret = ret + self._pows[i] * rew[:, i]
+            h = self._head[full]
+            parts.append((full, self._obs[full, h], self._act[full, h], ret,
+                          next_obs[full], np.full(len(full), self._pows[self.n])))
+            self._head[full] = (h + 1) % self.n
+            self._count[full] -= 1
+        for e in np.flatnonzero(ended):  # emit everything pending, oldest first
+            k = int(self._count[e])
+            idx = (self._head[e] + np.arange(k)) % self.n
+            rew = self._rew[e, idx]
+            ret = np.zeros(k)
+            for j in range(k):  # item j sums the k − j rewards it has left
+                for i in range(k - j):
+                    ret[j] = ret[j] + self._pows[i] * rew[j + i]
+            if terminated[e]:
+                disc = np.zeros(k)
+            else:
+                disc = np.array([self._pows[k - j] for j in range(k)])
+            parts.append((np.full(k, e), self._obs[e, idx], self._act[e, idx], ret,
+                          np.repeat(next_obs[e][None], k, axis=0), disc))
+            self._head[e] = 0
+            self._count[e] = 0
+        return self._concat(parts)
+
+    def _concat(self, parts: list[tuple[np.ndarray, ...]]) -> NStepBatch:
+        if not parts:
+            z = np.zeros((0, *self.obs_shape), dtype=self.obs_dtype)
+            return NStepBatch(z, np.zeros(0, np.int64), np.zeros(0, np.float32), z.copy(),
+                              np.zeros(0, np.float32))
+        cols = [np.concatenate([p[i] for p in parts]) for i in range(6)]
+        order = np.argsort(cols[0], kind="stable")  # by env; within an env parts are in order
+        return NStepBatch(
+            obs=cols[1][order].astype(self.obs_dtype, copy=False),
+            action=cols[2][order].astype(np.int64, copy=False),
+            ret=cols[3][order].astype(np.float32),
+            next_obs=cols[4][order].astype(self.obs_dtype, copy=False),
+            discount=cols[5][order].astype(np.float32),
+        )
