@@ -7,7 +7,6 @@ is in test_impala_solve.py (marked slow).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -20,40 +19,15 @@ from pathlib import Path
 import pytest
 
 from tests.mp import describe, run_gloo, run_mpi
+from tests.runs import ARCHZOO, RANDOM_RETURN, clean_env, cli, load_run
 
-ARCHZOO = [sys.executable, "-m", "archzoo"]
-RANDOM_RETURN = 22.0
 SMOKE = ["--total-steps", "250000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
-SUMMARY_KEYS = {
-    "arch", "env", "backend", "topology", "mode", "world_size", "solved", "time_to_target_s",
-    "env_steps_to_target", "startup_s", "final_mean_return", "time_breakdown_s",
-}
-METRIC_KEYS = {"time_s", "env_steps", "episodes", "mean_return_100", "fps", "learner_updates",
-               "policy_lag", "bytes_sent"}
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-           and not k.startswith(("PMI_", "OMPI_", "PMIX_"))}
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    return env
-
-
-def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([*ARCHZOO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=_env())
 
 
 def check_run_dir(d: Path, *, backend: str, world_size: int, mode: str = "async") -> dict:
     """The run directory is complete, data flowed, and the policy beat a random one."""
-    for f in ("config.json", "metrics.csv", "summary.json", "policy.pt"):
-        assert (d / f).is_file(), f"{f} missing in {d}"
-    cfg = json.loads((d / "config.json").read_text())
-    assert "git_sha" in cfg and "torch" in cfg["versions"]
-    s = json.loads((d / "summary.json").read_text())
-    assert SUMMARY_KEYS <= set(s), SUMMARY_KEYS - set(s)
+    s = load_run(d)
     assert (s["backend"], s["world_size"], s["mode"]) == (backend, world_size, mode)
     assert s["env_steps"] >= 250000 and s["episodes"] > 100 and s["learner_updates"] > 10
     assert s["final_mean_return"] > RANDOM_RETURN + 10, s["final_mean_return"]
@@ -62,9 +36,6 @@ def check_run_dir(d: Path, *, backend: str, world_size: int, mode: str = "async"
     if world_size > 1:
         assert s["bytes_sent"] > 0 and set(s["per_rank_bytes"]) == {str(r) for r in
                                                                    range(world_size)}
-    rows = list(csv.DictReader(open(d / "metrics.csv")))
-    assert rows and METRIC_KEYS <= set(rows[0])
-    assert int(rows[-1]["env_steps"]) == s["env_steps"]
     return s
 
 
@@ -99,7 +70,7 @@ def test_torchrun(tmp_path: Path) -> None:
     d = tmp_path / "run"
     r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "3", "-m", "archzoo",
                         "run", "impala", "--run-dir", str(d), *SMOKE],
-                       capture_output=True, text=True, timeout=240, env=_env())
+                       capture_output=True, text=True, timeout=240, env=clean_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = check_run_dir(d, backend="gloo", world_size=3)
     assert s["launcher"] == "torchrun"
@@ -161,7 +132,7 @@ def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
     port = str(free_port())
     procs = []
     for rank in range(3):
-        env = dict(_env(), RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+        env = dict(clean_env(), RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=port)
         procs.append(subprocess.Popen(
             [*ARCHZOO, "run", "impala", "--run-dir", str(d), "--time-limit", "120",
@@ -206,7 +177,8 @@ def test_dead_actor_ends_the_job_mpi(tmp_path: Path) -> None:
                           "--run-dir", str(d), "--time-limit", "120", "--quiet",
                           "--total-steps", "100000000", "--comm-timeout", "20",
                           "--log-interval", "0.2"],
-                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
     try:
         _wait_for_rows(d / "metrics.csv", 60)
         pid = _find_rank_pid(str(d), 2)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_impala import cli
+from tests.runs import cli
 
 pytestmark = pytest.mark.slow
 

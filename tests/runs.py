@@ -1,0 +1,48 @@
+"""Helpers for tests that run ``archzoo`` as a user would: the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ARCHZOO = [sys.executable, "-m", "archzoo"]
+RANDOM_RETURN = 22.0  # CartPole-v1 under a uniformly random policy
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "policy.pt")
+SUMMARY_KEYS = {
+    "arch", "env", "backend", "topology", "mode", "world_size", "solved", "time_to_target_s",
+    "env_steps_to_target", "startup_s", "final_mean_return", "time_breakdown_s",
+}
+METRIC_KEYS = {"time_s", "env_steps", "episodes", "mean_return_100", "fps", "learner_updates",
+               "policy_lag", "bytes_sent"}
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any launcher's variables."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+           and not k.startswith(("PMI_", "OMPI_", "PMIX_"))}
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([*ARCHZOO, *args], capture_output=True, text=True, timeout=timeout,
+                          env=clean_env())
+
+
+def load_run(d: Path) -> dict:
+    """Check the run directory is complete (DESIGN.md, Runs); return summary.json."""
+    for f in RUN_FILES:
+        assert (d / f).is_file(), f"{f} missing in {d}"
+    cfg = json.loads((d / "config.json").read_text())
+    assert "git_sha" in cfg and "torch" in cfg["versions"]
+    s = json.loads((d / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(s), SUMMARY_KEYS - set(s)
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    assert rows and METRIC_KEYS <= set(rows[0])
+    assert int(rows[-1]["env_steps"]) == s["env_steps"]
+    return s

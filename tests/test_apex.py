@@ -1,0 +1,122 @@
+"""Ape-X end to end: every launch way, both backends, 0/1/2 replay shards, bad input.
+
+Smoke runs assert data flowed through actors, replay and learner, the run directory is
+complete and the policy beat a random one (greedy evaluation or training returns).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.mp import describe, run_gloo, run_mpi
+from tests.runs import RANDOM_RETURN, clean_env, cli, load_run
+
+SMOKE = ["--total-steps", "40000", "--log-interval", "0.5", "--quiet", "--seed", "1",
+         "--comm-timeout", "30", "--learning-starts", "1000"]
+
+
+def check(d: Path, *, backend: str, world_size: int, shards: int) -> dict:
+    s = load_run(d)
+    assert s["arch"] == "apex"
+    assert (s["backend"], s["world_size"]) == (backend, world_size)
+    assert s["env_steps"] >= 40000 and s["learner_updates"] > 50
+    assert s["replay_inserted"] > 0
+    best = max(s["eval_mean_return"] or 0.0, s["final_mean_return"] or 0.0)
+    assert best > RANDOM_RETURN + 10, (s["eval_mean_return"], s["final_mean_return"])
+    if world_size > 1:
+        assert s["replay_shards"] == shards
+        roles = set(s["time_breakdown_s"])
+        assert {f"shard{r}" for r in range(1, 1 + shards)} <= roles
+        assert len([r for r in roles if r.startswith("actor")]) == world_size - 1 - shards
+    return s
+
+
+def test_single_process_and_eval(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "apex", "--actors", "0", "--run-dir", str(d), *SMOKE)
+    assert r.returncode == 0, r.stderr
+    check(d, backend="none", world_size=1, shards=0)
+    ev = cli("eval", str(d), "--episodes", "3")
+    assert ev.returncode == 0, ev.stderr
+    res = json.loads(ev.stdout)
+    assert res["policy"] == "greedy" and res["episodes"] == 3
+
+
+@pytest.mark.parametrize("backend,shards", [("gloo", 1), ("gloo", 0), ("mpi", 2)])
+def test_embedded(tmp_path: Path, backend: str, shards: int) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "apex", "--actors", "2", "--replay-shards", str(shards), "--backend",
+            backend, "--run-dir", str(d), *SMOKE)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    check(d, backend=backend, world_size=3 + shards, shards=shards)
+
+
+def test_torchrun(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert torchrun
+    d = tmp_path / "run"
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "4", "-m", "archzoo",
+                        "run", "apex", "--run-dir", str(d), *SMOKE],
+                       capture_output=True, text=True, timeout=240, env=clean_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    check(d, backend="gloo", world_size=4, shards=1)
+
+
+def test_mpiexec(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    job = run_mpi(4, ["-m", "archzoo", "run", "apex", "--run-dir", str(d), *SMOKE],
+                  timeout_s=180)
+    assert job.returncode == 0, describe(job)
+    check(d, backend="mpi", world_size=4, shards=1)
+
+
+BAD = [
+    (["--replay-capacity", "0"], "--replay-capacity"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--alpha", "-0.1"], "--alpha"),
+    (["--beta", "1.5"], "--beta"),
+    (["--n-step", "0"], "--n-step"),
+    (["--replay-shards", "3", "--actors", "2"], "every shard needs an actor"),
+    (["--eps-base", "0"], "--eps-base"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD)
+def test_bad_input_one_line_exit_2(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(["run", "apex", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("archzoo: error:") and needle in err[0], err
+
+
+def test_too_many_shards_for_the_launchers_world() -> None:
+    """3 processes cannot hold a learner, 2 shards and an actor: every rank refuses."""
+    ranks = run_gloo(3, ["-m", "archzoo", "run", "apex", "--replay-shards", "2"], timeout_s=60)
+    assert all(r.returncode == 2 for r in ranks), describe(ranks)
+    assert "needs at least 4 processes" in ranks[0].output
+    assert all(r.output.strip() == "" for r in ranks[1:]), describe(ranks)
+
+
+@pytest.mark.slow
+def test_apex_solves_cartpole_greedy(tmp_path: Path) -> None:
+    results = []
+    for seed in (0, 1):
+        d = tmp_path / f"seed{seed}"
+        r = cli("run", "apex", "--env", "CartPole-v1", "--target-return", "475", "--actors",
+                "2", "--total-steps", "800000", "--time-limit", "240", "--seed", str(seed),
+                "--quiet", "--run-dir", str(d), timeout=400)
+        assert r.returncode == 0, r.stderr
+        s = json.loads((d / "summary.json").read_text())
+        results.append(s)
+        if s["solved"]:
+            break
+    solved = [s for s in results if s["solved"]]
+    assert solved, [(s["stop_reason"], s["eval_mean_return"]) for s in results]
+    assert solved[0]["eval_mean_return"] >= 475 and solved[0]["stop_reason"] == "target"
