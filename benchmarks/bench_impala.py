@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import multiprocessing as mp
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from solving import archzoo_run, launch_matrix, time_to_target
 
 
 def _actor_only(env_id: str, envs: int, T: int, seconds: float, seed: int, q) -> None:
@@ -59,48 +58,6 @@ def actor_only_fps(actors: int, env_id: str, envs: int, T: int, seconds: float) 
     return sum(rates)
 
 
-def archzoo_run(args: list[str], run_dir: Path) -> dict:
-    cmd = [sys.executable, "-m", "archzoo", "run", "impala", "--quiet", "--run-dir",
-           str(run_dir), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def launch_matrix(target: float, seed: int, tmp: Path) -> None:
-    """Solve once with each launch way, both backends, both modes."""
-    bindir = Path(sys.executable).parent
-    common = ["run", "impala", "--quiet", "--target-return", str(target), "--seed", str(seed),
-              "--time-limit", "300"]
-    ways = {
-        "embedded, gloo, async": [sys.executable, "-m", "archzoo", *common, "--actors", "2"],
-        "embedded, mpi, async": [sys.executable, "-m", "archzoo", *common, "--actors", "2",
-                                 "--backend", "mpi"],
-        "embedded, gloo, sync": [sys.executable, "-m", "archzoo", *common, "--actors", "2",
-                                 "--mode", "sync"],
-        "torchrun, gloo, async": [str(bindir / "torchrun"), "--standalone",
-                                  "--nproc_per_node", "3", "-m", "archzoo", *common],
-        "mpiexec, mpi, async": [str(bindir / "mpiexec"), "-n", "3", sys.executable, "-m",
-                                "archzoo", *common],
-        "mpiexec, mpi, sync": [str(bindir / "mpiexec"), "-n", "3", sys.executable, "-m",
-                               "archzoo", *common, "--mode", "sync"],
-    }
-    print(f"\n### Every launch way: time to {target:g} (seed {seed})\n")
-    print("| launch | exit | solved | time (s) | env steps | start-up (s) | fps | policy lag |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
-    for i, (label, cmd) in enumerate(ways.items()):
-        d = tmp / f"matrix{i}"
-        r = subprocess.run([*cmd, "--run-dir", str(d)], capture_output=True, text=True)
-        s = json.loads((d / "summary.json").read_text()) if r.returncode == 0 else {}
-        t, steps = s.get("time_to_target_s"), s.get("env_steps_to_target")
-        lag = s.get("policy_lag_mean")
-        print(f"| {label} | {r.returncode} | {s.get('solved')} | "
-              f"{'-' if t is None else f'{t:.1f}'} | {'-' if steps is None else f'{steps:,}'} "
-              f"| {s.get('startup_s', 0):.1f} | {s.get('fps', 0):,.0f} | "
-              f"{'-' if lag is None else f'{lag:.2f}'} |", flush=True)
-
-
 def steady_fps(run_dir: Path, warmup_s: float) -> float:
     rows = [r for r in csv.DictReader(open(run_dir / "metrics.csv"))
             if float(r["time_s"]) > warmup_s and float(r["fps"]) > 0]
@@ -134,38 +91,20 @@ def main() -> None:
             for n in a.throughput_actors:
                 base = actor_only_fps(n, a.env, a.envs_per_actor, a.unroll_length, a.seconds)
                 d = tmp_path / f"tput{n}"
-                archzoo_run([*common, "--actors", str(n), "--backend", a.backend,
+                archzoo_run("impala", [*common, "--actors", str(n), "--backend", a.backend,
                              "--target-return", "1e9", "--time-limit", str(a.seconds),
                              "--log-interval", "1"], d)
                 fps = steady_fps(d, warmup_s=2.0)
                 print(f"| {n} | {base:,.0f} | {fps:,.0f} | {fps / base:.2f} |", flush=True)
         if a.matrix:
-            launch_matrix(a.target, a.seeds[0] if a.seeds else 0, tmp_path)
-        if not a.seeds:
-            return
-        print(f"\n### Time to {a.target:g} from the first env step\n")
-        print("| setup | seed | solved | time (s) | env steps | start-up (s) |")
-        print("| --- | ---: | --- | ---: | ---: | ---: |")
-        medians = {}
-        for label, extra in ((f"IMPALA {a.actors} actors ({a.backend})",
-                              ["--actors", str(a.actors), "--backend", a.backend]),
-                             ("--actors 0 baseline", ["--actors", "0"])):
-            times = []
-            for seed in a.seeds:
-                s = archzoo_run([*common, *extra, "--seed", str(seed), "--target-return",
-                                 str(a.target), "--time-limit", "300"],
-                                tmp_path / f"{label[:6]}-{seed}".replace(" ", "_"))
-                t = s["time_to_target_s"]
-                times.append(t if t is not None else float("inf"))
-                steps = s["env_steps_to_target"]
-                print(f"| {label} | {seed} | {s['solved']} | "
-                      f"{'-' if t is None else f'{t:.1f}'} | "
-                      f"{'-' if steps is None else f'{steps:,}'} | {s['startup_s']:.1f} |",
-                      flush=True)
-            medians[label] = statistics.median(times)
-        print()
-        for label, m in medians.items():
-            print(f"median time to {a.target:g}, {label}: {m:.1f} s")
+            launch_matrix("impala", a.actors + 1, a.target, a.seeds[0] if a.seeds else 0,
+                          tmp_path)
+        if a.seeds:
+            time_to_target("impala", {
+                f"IMPALA {a.actors} actors ({a.backend})":
+                    [*common, "--actors", str(a.actors), "--backend", a.backend],
+                "--actors 0 baseline": [*common, "--actors", "0"],
+            }, a.seeds, a.target, tmp_path)
 
 
 if __name__ == "__main__":
