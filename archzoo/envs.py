@@ -26,9 +26,19 @@ class EnvSpec:
     num_actions: int
 
 
+def _gym():
+    """gymnasium, with archzoo's own environments (archzoo/Synthetic-v0) registered."""
+    import gymnasium as gym
+
+    from archzoo.synthetic import register_synthetic
+
+    register_synthetic()
+    return gym
+
+
 def check_env_id(env_id: str) -> None:
     """Raise EnvError with one clear line if gymnasium doesn't know ``env_id``."""
-    import gymnasium as gym
+    gym = _gym()
 
     try:
         gym.spec(env_id)
@@ -38,8 +48,7 @@ def check_env_id(env_id: str) -> None:
 
 def env_spec(env_id: str) -> EnvSpec:
     """Spaces of ``env_id``; only Box observations and Discrete actions are supported."""
-    import gymnasium as gym
-
+    gym = _gym()
     check_env_id(env_id)
     env = gym.make(env_id)
     try:
@@ -59,8 +68,7 @@ def make_vector_env(env_id: str, num_envs: int):
     Uses the env's own vectorised implementation when it registers one (CartPole does:
     a numpy batch of all envs), else ``SyncVectorEnv`` (one process, envs in a loop).
     """
-    import gymnasium as gym
-
+    gym = _gym()
     spec = gym.spec(env_id)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)

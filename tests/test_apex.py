@@ -84,6 +84,7 @@ BAD = [
     (["--n-step", "0"], "--n-step"),
     (["--replay-shards", "3", "--actors", "2"], "every shard needs an actor"),
     (["--eps-base", "0"], "--eps-base"),
+    (["--mode", "sync"], "no --mode sync"),
 ]
 
 

@@ -62,6 +62,7 @@ NAME = "apex"
 DESCRIPTION = "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner"
 TOPOLOGY_APPLIED = ("parameter broadcast learner->actors; transitions actor->replay and "
                     "samples replay<->learner point-to-point")
+EVAL_WINDOW = 3  # evaluations (each --eval-episodes greedy episodes) that "solved" averages
 SINGLE_PROCESS_SPI = 4.0  # --actors 0 with --samples-per-insert 0: a usual DQN replay ratio
 
 
@@ -97,7 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--eval-interval", type=float, default=1.0,
                    help="seconds between an actor's greedy evaluations")
     g.add_argument("--eval-episodes", type=int, default=10,
-                   help="greedy episodes per evaluation; solved = their mean >= target")
+                   help="greedy episodes per evaluation; solved = the mean of the last "
+                        f"{EVAL_WINDOW} evaluations' episodes >= target")
 
 
 def validate(cfg: argparse.Namespace) -> str | None:
@@ -122,6 +124,9 @@ def validate(cfg: argparse.Namespace) -> str | None:
         (cfg.replay_capacity >= max(1, cfg.replay_shards) * cfg.batch_size,
          "--replay-capacity must hold at least one batch per shard"),
     ]
+    if cfg.mode == "sync":
+        checks.append((False, "apex has no --mode sync: its actors, replay and learner "
+                              "never wait for each other (use --mode async)"))
     if cfg.actors is not None and cfg.actors > 0 and cfg.replay_shards > cfg.actors:
         checks.append((False, f"--replay-shards {cfg.replay_shards} exceeds --actors "
                               f"{cfg.actors}: every shard needs an actor"))
@@ -175,7 +180,7 @@ def _monitor(ctx: RankContext, run_dir: RunDir) -> Monitor:
     backend = ctx.transport.backend if ctx.transport else "-"
     return Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
                    cfg.log_interval, f"{NAME}/{backend}", quiet=cfg.quiet,
-                   eval_window=cfg.eval_episodes)
+                   eval_window=EVAL_WINDOW * cfg.eval_episodes)
 
 
 def _save(run_dir: RunDir, learner: DQNLearner, cfg: argparse.Namespace,
