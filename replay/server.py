@@ -79,8 +79,11 @@ class RateLimiter:
     turns both limits off."""
 
     def __init__(self, learning_starts: int, samples_per_insert: float,
-                 slack: int = 2048) -> None:
+                 slack: int = 2048, min_sample: int = 1) -> None:
         self.learning_starts, self.spi, self.slack = learning_starts, samples_per_insert, slack
+        # inserting may always run far enough ahead for one batch of ``min_sample`` to be
+        # sampled, else a small ratio with a large batch would block both sides forever
+        self._insert_room = max(samples_per_insert * slack, float(min_sample))
         self.inserted = 0
         self.sampled = 0
 
@@ -95,7 +98,7 @@ class RateLimiter:
 
     def can_insert(self) -> bool:
         return self.spi <= 0 or self.inserted < self.learning_starts \
-            or self._deficit() <= self.spi * self.slack
+            or self._deficit() <= self._insert_room
 
 
 class ReplayServer:
@@ -294,7 +297,8 @@ class LocalReplayClient:
         from archzoo.comm.base import Backoff
 
         backoff = Backoff()
-        deadline = time.perf_counter() + (timeout_s or 60.0)
+        timeout_s = 60.0 if timeout_s is None else timeout_s
+        deadline = time.perf_counter() + timeout_s
         while not self.limiter.can_sample(len(self.memory), self.batch_size):
             if on_poll is not None:
                 on_poll()

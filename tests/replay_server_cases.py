@@ -369,7 +369,8 @@ class Learner:
             f"weights {b.weights.tolist()} != one memory's {ref_w.tolist()}")
         for s, r in zip(self.w.shards, reps, strict=True):
             want = self.shard_total(s)
-            assert np.isclose(r["total"], want, rtol=1e-9), f"shard {s} total {r['total']} != {want}"
+            assert np.isclose(r["total"], want, rtol=1e-9), (
+                f"shard {s} reports total {r['total']}, its items' p^alpha sum to {want}")
 
     def shard_total(self, s: int) -> float:
         if not self.w.prioritized:
@@ -446,19 +447,17 @@ class Learner:
         assert self.ref is not None and self.ref.min_p_alpha() == p_alpha_of([P_TINY])[0]
         counts = np.zeros(len(w.shards), np.int64)
         n_dom = n = 0
-        stale_sent = False
         for j in range(50):
             b, ids = self.batch()  # the first of these already reflects the update
             n_dom += int((ids == dom).sum())
             n += len(ids)
             if j >= 2:  # the split uses the totals of the previous reply
                 counts += np.bincount(b.shard, minlength=len(w.shards))
-            if j == 10 and not stale_sent:
+            if j == 10:
                 # 3. an update for an item a slot no longer holds (wrong item id): dropped
                 stale = Batch({}, None, b.shard[:1].copy(), b.idx[:1].copy(),
                               b.item_ids[:1] + 1000)
                 self.client.update_priorities(stale, np.array([P_DOMINANT], np.float32))
-                stale_sent = True
         log(self.t, f"  after the update: dominant item in {n_dom}/{n} samples")
         assert n_dom <= 0.02 * n, f"the demoted item still in {n_dom}/{n} samples"
         assert len(self.seen) >= 0.9 * (self.n_items - 1), (
@@ -526,8 +525,13 @@ def learner_role(t: Transport, w: World, tags: Tags) -> None:
     ln = Learner(t, w, tags)
     try:
         ln.run()
-    finally:
-        ln.stop()
+    except BaseException:
+        try:  # still release the others, but report the first failure
+            ln.stop()
+        except Exception as e:  # noqa: BLE001
+            log(t, f"  (stopping after the failure failed too: {type(e).__name__}: {e})")
+        raise
+    ln.stop()
     ln.check_byes()
 
 

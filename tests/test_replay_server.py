@@ -214,3 +214,16 @@ def test_rate_limiter_holds_the_ratio_both_ways():
     ratio = lim.sampled / (lim.inserted - ls)
     assert abs(ratio - spi) <= spi * (slack + CAP) / (lim.inserted - ls), ratio
     assert lim.inserted - ls > 20 * slack, lim.inserted
+
+
+def test_rate_limiter_small_ratio_large_batch_never_deadlocks() -> None:
+    """A ratio so small that a batch exceeds 2·spi·slack must still let one side move."""
+    lim = RateLimiter(learning_starts=0, samples_per_insert=0.01, min_sample=128)
+    for _ in range(10_000):
+        if lim.can_insert():
+            lim.inserted += 256
+        elif lim.can_sample(lim.inserted, 128):
+            lim.sampled += 128
+        else:
+            raise AssertionError(f"both sides blocked: {lim.inserted=} {lim.sampled=}")
+    assert lim.sampled > 0 and lim.inserted > 0

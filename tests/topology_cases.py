@@ -23,7 +23,7 @@ import traceback
 
 import numpy as np
 
-from archzoo.comm import Transport
+from archzoo.comm import PeerTimeout, Transport
 from archzoo.comm.factory import detect_launch, make_transport
 from archzoo.topology.base import Topology
 from archzoo.topology.counts import expected_counts
@@ -34,6 +34,7 @@ FANOUTS = (2, 3, 4)
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
 GOSSIP_ROUNDS = 40
 
+SILENT_TIMEOUT_S = 1.0
 GOSSIP_SPREAD = 0.05  # the spread over ranks must shrink below this fraction in those rounds
 
 # (dtype, shape): sizes 0, 1, not divisible by N, 0-d and 2-d. Broadcast and gather use all of
@@ -214,6 +215,40 @@ class Runner:
         if not np.allclose(tot / n, mean0, rtol=0, atol=1e-12) or (hi - lo).max() > prev_spread:
             raise CheckFailed(f"gossip: global mean {tot / n} vs {mean0}, spread {hi - lo}")
 
+    # -- a silent peer ------------------------------------------------------------------------
+    def run_silent_peer(self) -> str:
+        """Rank N−1 skips a tree reduce to rank 0: each rank on its path to the root times out
+        at the transport's deadline with an error naming the child it waited for; the others
+        finish. Leaves the tag's streams dead, so it runs last."""
+        n, me, m = self.n, self.t.rank, 2
+        topo = make_topology("tree", self.t, fanout=m, tag=999)
+        path = {n - 1: None}  # rank -> its child on the way up from the silent rank
+        v = n - 1
+        while v:
+            low = v & -v  # m = 2: the lowest set bit is the lowest non-zero digit
+            path[v - low], v = v, v - low
+        if me == n - 1:
+            return "silent"
+        saved, self.t.timeout_s = self.t.timeout_s, SILENT_TIMEOUT_S
+        t0 = time.perf_counter()
+        try:
+            topo.reduce(np.ones(4), 0)
+        except PeerTimeout as e:
+            took = time.perf_counter() - t0
+            text = str(e)
+            if me not in path:
+                raise CheckFailed(f"silent peer: rank {me} is off the path but got {e}") from e
+            if e.peer != path[me] or f"rank {path[me]}" not in text or "tree reduce" not in text:
+                raise CheckFailed(f"silent peer: error should name rank {path[me]}: {e}") from e
+            if not SILENT_TIMEOUT_S <= took < SILENT_TIMEOUT_S + 5:
+                raise CheckFailed(f"silent peer: raised after {took:.2f}s") from e
+            return text
+        finally:
+            self.t.timeout_s = saved
+        if me in path:
+            raise CheckFailed(f"silent peer: rank {me} waits on {path[me]} but no error")
+        return "not on the path: finished"
+
     # -- validation (no messages) -------------------------------------------------------------
     def run_validation(self) -> None:
         t = self.t
@@ -262,6 +297,12 @@ def main() -> int:
             log(t, f"{status} {name} m={','.join(map(str, fanouts))} N={run.n}: "
                    f"{run.calls - calls0} calls in {time.perf_counter() - t0:.2f}s")
         t.barrier(TIMEOUT_S)
+        if run.n > 1:
+            fails0, seen = len(run.failures), []
+            run.check(lambda: seen.append(run.run_silent_peer()), "silent peer")
+            t.barrier(TIMEOUT_S)
+            ok = len(run.failures) == fails0
+            log(t, f"OK silent peer: {seen[0]}" if ok else "FAIL silent peer")
     except CollectiveError as e:
         log(t, f"ABORT: {e}")
         traceback.print_exc(file=sys.stdout)

@@ -123,6 +123,8 @@ def validate(cfg: argparse.Namespace) -> str | None:
         (cfg.eval_episodes >= 1, "--eval-episodes must be >= 1"),
         (cfg.replay_capacity >= max(1, cfg.replay_shards) * cfg.batch_size,
          "--replay-capacity must hold at least one batch per shard"),
+        (cfg.learning_starts <= cfg.replay_capacity,
+         "--learning-starts exceeds --replay-capacity: sampling would never start"),
     ]
     if cfg.mode == "sync":
         checks.append((False, "apex has no --mode sync: its actors, replay and learner "
@@ -219,7 +221,8 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                             cfg.eps_base, cfg.seed * 1000)
     evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, cfg.seed * 1000 + 1)
     memory = _memory(cfg, spec, cfg.replay_capacity, cfg.seed)
-    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI)
+    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI,
+                          min_sample=cfg.batch_size)
     client = LocalReplayClient(memory, cfg.batch_size, limiter)
     msg = transitions_schema(spec.obs_shape, _insert_cap(cfg)).new()
     flat = np.zeros(num_params(policy), np.float32)
@@ -270,7 +273,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     control = ControlChannel(t, leaves, TAG_CONTROL)
     publisher = StarPublisher(t, params_schema(n_params), actors, TAG_PARAMS)
     inserts = None
-    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert)
+    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert,
+                          min_sample=cfg.batch_size)
     if shards:
         client: Any = ShardedReplayClient(t, shards, spec.obs_shape, cfg.batch_size, cfg.beta,
                                           True, (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY),
@@ -361,7 +365,8 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     mine = [a for j, a in enumerate(actors) if j % len(shards) == k]
     control = ControlChannel(t, [0], TAG_CONTROL)
     memory = _memory(cfg, spec, cfg.replay_capacity // len(shards), cfg.seed * 1000 + ctx.rank)
-    limiter = RateLimiter(-(-cfg.learning_starts // len(shards)), cfg.samples_per_insert)
+    limiter = RateLimiter(-(-cfg.learning_starts // len(shards)), cfg.samples_per_insert,
+                          min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, mine, 0, _insert_cap(cfg),
                           cfg.batch_size, limiter,
                           (TAG_TRANSITIONS, TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY))
