@@ -37,6 +37,9 @@ def _common_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", choices=("gloo", "mpi"), default=None,
                    help="transport engine (default: mpi under mpiexec, else gloo)")
     g.add_argument("--mode", choices=("sync", "async"), default="async")
+    g.add_argument("--topology", choices=("star", "tree", "butterfly", "ring", "native"),
+                   default="star", help="schedule of the parameter broadcast (docs/index.md)")
+    g.add_argument("--fanout", type=int, default=2, help="tree fan-out / butterfly radix m")
     g.add_argument("--total-steps", type=int, default=2_000_000, help="env-step budget")
     g.add_argument("--target-return", type=float, default=None,
                    help="stop when the mean return of the last 100 episodes reaches this "
@@ -129,6 +132,7 @@ def validate_run(args: argparse.Namespace) -> Any:
                          f"(known: {', '.join(sorted(ARCHITECTURES))})")
     arch = load(args.arch)
     for flag, value, low in (("--envs-per-actor", args.envs_per_actor, 1),
+                             ("--fanout", args.fanout, 2),
                              ("--total-steps", args.total_steps, 1),
                              ("--threads", args.threads, 1)):
         if value < low:

@@ -1,0 +1,30 @@
+"""Parameter server: the flat parameter vector sharded over K ranks, versioned.
+
+Clients push gradients of the loss and pull parameters shard by shard, concurrently
+(:class:`PSClient`); each shard (:class:`ParamShard`) holds its slice and that slice's
+optimizer state (:class:`SharedRMSProp` as in A3C, or :class:`Adam`) and counts versions.
+async mode applies each gradient as it arrives (A3C, seed 004 Algorithm 12.37), optionally
+dropping gradients more than S versions stale; sync mode waits for W − D of W workers,
+averages in rank order and applies once (DPPO's chief, seed 004 Algorithm 12.38). K shards
+give bit-for-bit the parameters of one (Gorila's sharded server, seed 004 §12.4.6).
+"""
+
+from paramserver.client import PSClient, clip_grad_norm
+from paramserver.optim import Adam, SharedRMSProp, make_optimizer
+from paramserver.shard import (
+    STAT_FIELDS,
+    Outcome,
+    ParamShard,
+    PSTags,
+    Settled,
+    ShardState,
+    ShardStats,
+    ps_schemas,
+    shard_bounds,
+)
+
+__all__ = [
+    "STAT_FIELDS", "Adam", "Outcome", "PSClient", "PSTags", "ParamShard", "Settled",
+    "SharedRMSProp", "ShardState", "ShardStats", "clip_grad_norm", "make_optimizer",
+    "ps_schemas", "shard_bounds",
+]

@@ -274,3 +274,37 @@ def test_help_shows_hyperparameters() -> None:
     for flag in ("--unroll-length", "--rho-bar", "--c-bar", "--entropy-coef", "--backend",
                  "--mode", "--target-return"):
         assert flag in r.stdout, flag
+
+
+@pytest.mark.parametrize("topology", ["tree", "butterfly", "ring", "native"])
+def test_sync_parameter_broadcast_over_each_topology(tmp_path: Path, topology: str) -> None:
+    """Sync IMPALA with 3 actors: the broadcast runs as the topology's collective, every
+    actor relays its part, and the learning is bit-for-bit the star's (same data, same
+    order)."""
+    d = tmp_path / "run"
+    r = cli("run", "impala", "--actors", "3", "--mode", "sync", "--topology", topology,
+            "--fanout", "2", "--total-steps", "20000", "--seed", "5", "--quiet",
+            "--run-dir", str(d))
+    assert r.returncode == 0, r.stderr
+    s = load_run(d)
+    assert s["topology"] == topology and topology in s["topology_applied"]
+    assert s["topology_rounds"] >= s["learner_updates"]
+    star = tmp_path / "star"
+    r = cli("run", "impala", "--actors", "3", "--mode", "sync", "--total-steps", "20000",
+            "--seed", "5", "--quiet", "--run-dir", str(star))
+    assert r.returncode == 0, r.stderr
+    a, b = _policy_params(d), _policy_params(star)
+    assert all(a[k].equal(b[k]) for k in a)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--topology", "tree"], "needs --mode sync"),
+    (["--mode", "sync", "--topology", "tree", "--fanout", "1"], "--fanout"),
+    (["--topology", "hypercube"], "invalid choice"),
+])
+def test_bad_topology_flags(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(["run", "impala", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err

@@ -7,11 +7,12 @@ all_reduce (sum, mean) and gather for every root, over arrays of several dtypes 
 answers computed locally from the deterministic per-rank inputs; for the explicit topologies
 also the messages this rank sent (transport counters, as a delta around each call) and its
 rounds against ``expected_counts``. Ring gossip: repeated rounds match a local numpy simulation
-bit for bit, keep the mean and shrink the spread. Argument validation is checked too.
+bit for bit, keep the mean and shrink the spread. Argument validation is checked too, and
+(N > 1, last) a silent peer: every rank waiting on it raises an error naming the peer.
 
-Prints ``[rank r] OK <topology> ...`` per topology, or ``FAIL`` lines, then ``DONE``; exits
-non-zero on any failure. A collective that raises leaves the ranks out of step, so the run
-stops there (exit 1, MPI: abort).
+Prints ``[rank r] OK <topology> ...`` per topology (and ``OK validation``, ``OK silent peer``),
+or ``FAIL`` lines, then ``DONE``; exits non-zero on any failure. A collective that raises
+leaves the ranks out of step, so the run stops there (exit 1, MPI: abort).
 """
 
 from __future__ import annotations

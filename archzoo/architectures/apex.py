@@ -126,6 +126,10 @@ def validate(cfg: argparse.Namespace) -> str | None:
         (cfg.learning_starts <= cfg.replay_capacity,
          "--learning-starts exceeds --replay-capacity: sampling would never start"),
     ]
+    if cfg.topology != "star":
+        checks.append((False, f"apex cannot use --topology {cfg.topology}: its parameter "
+                              "broadcast is asynchronous (latest-wins, over the star) and its "
+                              "streams are point-to-point; use --topology star"))
     if cfg.mode == "sync":
         checks.append((False, "apex has no --mode sync: its actors, replay and learner "
                               "never wait for each other (use --mode async)"))

@@ -28,6 +28,7 @@ TAG_UNROLL = 3
 TAG_TRANSITIONS = 4
 TAG_SAMPLE_REQUEST = 5
 TAG_SAMPLE_REPLY = 6
+TAG_TOPOLOGY = 7
 
 
 def run_summary(ctx: RankContext, mon: Any, stop: str, arch: str, topology: str,

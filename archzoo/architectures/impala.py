@@ -25,6 +25,7 @@ from actors.unroll import TIMING, UnrollActor, unroll_schema
 from archzoo.architectures.common import (
     TAG_CONTROL,
     TAG_PARAMS,
+    TAG_TOPOLOGY,
     TAG_UNROLL,
     LeafControl,
     RankContext,
@@ -39,13 +40,21 @@ from archzoo.comm import ControlChannel, Inbox, Message
 from archzoo.envs import EnvSpec, env_spec
 from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
 from archzoo.runlog import Monitor, RunDir, Timers
+from archzoo.topology.factory import make_topology
 from archzoo.topology.star import StarPublisher, params_schema
 from learners.impala import ImpalaLearner
 from learners.vtrace import ImpalaLossConfig
 
 NAME = "impala"
 DESCRIPTION = "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner"
-TOPOLOGY_APPLIED = {"star": "parameter broadcast learner->actors; unrolls point-to-point"}
+STREAMS = "unrolls actor->learner point-to-point"
+
+
+def topology_applied(cfg: argparse.Namespace) -> str:
+    """Where the chosen topology is used (summary.json says so)."""
+    name = cfg.topology + (f"(m={cfg.fanout})" if cfg.topology in ("tree", "butterfly") else "")
+    how = "non-blocking, latest-wins" if cfg.topology == "star" else "synchronous collective"
+    return f"parameter broadcast learner->actors over {name} ({how}); {STREAMS}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,6 +86,9 @@ def validate(cfg: argparse.Namespace) -> str | None:
         return f"--gamma must be in [0, 1], got {cfg.gamma}"
     if not (cfg.rho_bar > 0 and cfg.c_bar > 0):
         return "--rho-bar and --c-bar must be > 0"
+    if cfg.topology != "star" and cfg.mode == "async":
+        return (f"--topology {cfg.topology} needs --mode sync: async IMPALA broadcasts "
+                "parameters latest-wins over the star (--topology star)")
     if cfg.hidden < 1:
         return f"--hidden must be >= 1, got {cfg.hidden}"
     if not cfg.max_grad_norm > 0:
@@ -94,6 +106,41 @@ def actors_for(cfg: argparse.Namespace, world_size: int) -> int:
 
 
 # -- building blocks ------------------------------------------------------------------
+
+STOP_VERSION = -1  # a parameters message with this version tells sync actors to stop
+
+
+class ParamsBroadcast:
+    """The learner's parameter broadcast: the non-blocking StarPublisher on the star, or a
+    synchronous collective of the chosen topology (sync mode) where every actor relays."""
+
+    def __init__(self, t, cfg: argparse.Namespace, schema, actors: list[int]) -> None:
+        self.collective = None if cfg.topology == "star" else \
+            make_topology(cfg.topology, t, cfg.fanout, TAG_TOPOLOGY)
+        self.star = StarPublisher(t, schema, actors, TAG_PARAMS) if self.collective is None \
+            else None
+        self.latest = self.star.latest if self.star else schema.new()
+
+    def publish(self, version: int) -> None:
+        if self.star is not None:
+            self.star.publish(version=version)
+            return
+        self.latest["version"][...] = version
+        self.collective.broadcast(self.latest.buffer, 0)
+
+    def pump(self) -> None:
+        if self.star is not None:
+            self.star.pump()
+
+    def wait_all(self, timeout_s: float | None = None, on_poll=None) -> None:
+        if self.star is not None:
+            self.star.wait_all(timeout_s, on_poll)
+
+    def rounds(self) -> int | None:
+        return self.collective.rounds if self.collective is not None else None
+
+    def messages(self) -> int | None:
+        return self.star.messages if self.star is not None else None
 
 
 def _model(cfg: argparse.Namespace, spec: EnvSpec) -> ActorCritic:
@@ -193,7 +240,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     p_schema = params_schema(num_params(learner.model))
     control = ControlChannel(t, actors, TAG_CONTROL)
     inbox = Inbox(t, u_schema, actors, TAG_UNROLL, depth=1, what="unroll")
-    publisher = StarPublisher(t, p_schema, actors, TAG_PARAMS)
+    publisher = ParamsBroadcast(t, cfg, p_schema, actors)
     handshake_root(control, actors, {"unroll": u_schema.digest(), "params": p_schema.digest()},
                    cfg.startup_timeout)
     run_dir = RunDir(cfg.run_dir, vars(cfg))
@@ -228,6 +275,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                 publisher.publish(version=learner.version)
                 if cfg.mode == "sync":
                     publisher.wait_all()  # every actor waits for exactly this version
+        elif publisher.collective is not None:
+            publisher.publish(version=STOP_VERSION)  # actors blocked in the collective stop
         c = t.counters.totals()
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
 
@@ -246,9 +295,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     }
     for a in actors:
         breakdown[f"actor{a}"] = byes[a].get("timing", {})
-    extra = {"per_rank_bytes": {"0": c}}
+    extra = {"per_rank_bytes": {"0": c}, "topology_rounds": publisher.rounds(),
+             "params_messages_root": publisher.messages()}
     extra["per_rank_bytes"].update({str(a): byes[a].get("bytes", {}) for a in actors})
-    summary = run_summary(ctx, mon, stop, NAME, "star", TOPOLOGY_APPLIED["star"],
+    summary = run_summary(ctx, mon, stop, NAME, cfg.topology, topology_applied(cfg),
                           learner.device, learner.version, breakdown, extra)
     run_dir.write_summary(summary)
     _save(ctx, run_dir, learner, spec)
@@ -263,7 +313,10 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
     p_schema = params_schema(num_params(model))
     control = ControlChannel(t, [root], TAG_CONTROL)
-    params_in = Inbox(t, p_schema, [root], TAG_PARAMS, depth=1, what="parameters")
+    collective = None if cfg.topology == "star" else \
+        make_topology(cfg.topology, t, cfg.fanout, TAG_TOPOLOGY)
+    params_in = Inbox(t, p_schema, [root], TAG_PARAMS, depth=1, what="parameters") \
+        if collective is None else None
     handshake_leaf(control, root, {"unroll": u_schema.digest(), "params": p_schema.digest()},
                    cfg.startup_timeout)
     lc = LeafControl(control, root)
@@ -279,10 +332,26 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
         params_in.release(root)
 
     def take_newest() -> None:
-        while (msg := params_in.poll(root)) is not None:
+        while params_in is not None and (msg := params_in.poll(root)) is not None:
             load(msg)
 
-    load(params_in.recv_from(root, cfg.startup_timeout))
+    relay = p_schema.new()
+
+    def next_params() -> None:
+        """Sync mode: the parameters this unroll produced (or STOP)."""
+        if collective is None:
+            load(params_in.recv_from(root, on_poll=lc.raise_if_stopped))
+            return
+        collective.broadcast(relay.buffer, root)  # relays to this rank's children too
+        if int(relay["version"]) == STOP_VERSION:
+            raise StopRequested
+        set_flat(model, relay["params"])
+        actor.version = int(relay["version"])
+
+    if collective is None:
+        load(params_in.recv_from(root, cfg.startup_timeout))
+    else:
+        next_params()
     i = 0
     try:
         while True:
@@ -296,7 +365,7 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
             i += 1
             if cfg.mode == "sync":
                 expected = actor.version + 1
-                load(params_in.recv_from(root, on_poll=lc.raise_if_stopped))
+                next_params()
                 if actor.version != expected:
                     raise RuntimeError(f"rank {ctx.rank}: expected parameters version "
                                        f"{expected}, got {actor.version}")
@@ -305,6 +374,7 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
                     take_newest()
     except StopRequested:
         pass
+    lc.stopped = True
     for req in sending:
         if req is not None:
             t.wait(req, on_poll=take_newest)

@@ -1,0 +1,134 @@
+"""An A3C/A2C actor-learner's experience: t_max-step segments of E envs, kept in-process.
+
+A3C (Mnih et al. 2016, Algorithm S3; the chapter's Algorithm 12.37, corrected per DESIGN.md)
+acts for t_max steps *or until a terminal state* with the current parameters θ′, then computes
+n-step returns backwards over that segment and pushes the gradient. Here the segment is
+A2C-style: E envs of a gymnasium vector env stepped synchronously for exactly t_max steps.
+
+Episode ends inside a segment. Gymnasium 1.x autoresets on the *next* step (DESIGN.md,
+Episodes): if step t ends an episode (terminated or truncated; obs[t+1] is the final
+observation), step t+1 is the autoreset step (reset observation, reward 0, action ignored).
+The segment does not stop there: it continues through the autoreset step, which is recorded
+with ``valid[t+1] = False`` (reward 0, flags False), and on into the next episode. The return
+recursion (learners.a2c.n_step_returns) is cut at step t: R_t = r_t on termination, R_t =
+r_t + γ V(obs[t+1]) on truncation, and the masked step contributes nothing. So for E = 1 a
+segment holds exactly the transitions and returns of A3C's "until terminal or t_max" pieces
+(the part before the episode end, and the part after the reset), with one difference: the
+two pieces share one parameter sync and one gradient push, and the autoreset step occupies
+one of the t_max slots.
+
+A segment is an IMPALA unroll (actors/unroll.py) without behaviour logits, as a dataclass:
+T+1 observations (obs[T] starts the next segment), and the episodes that finished in it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from actors.episodes import EpisodeTracker
+from archzoo.envs import EnvSpec, make_vector_env
+
+__all__ = ["Segment", "SegmentActor"]
+
+
+@dataclass
+class Segment:
+    """t_max steps of E envs, time-major; see the module docstring for ``valid``."""
+
+    obs: np.ndarray         # [T+1, E, *obs_shape] float32; obs[t+1] follows actions[t]
+    actions: np.ndarray     # [T, E] int64
+    rewards: np.ndarray     # [T, E] float32, 0 where not valid
+    terminated: np.ndarray  # [T, E] bool, False where not valid
+    truncated: np.ndarray   # [T, E] bool, False where not valid
+    valid: np.ndarray       # [T, E] bool, False on autoreset steps (not transitions)
+    ep_returns: np.ndarray  # [n] float32, episodes that finished in this segment, in order
+    ep_lengths: np.ndarray  # [n] int32
+
+    @property
+    def num_steps(self) -> int:
+        """Valid transitions in the segment."""
+        return int(self.valid.sum())
+
+
+class SegmentActor:
+    """E envs stepped with ``model`` (the actor-learner's θ′); carries state across segments.
+
+    The caller loads θ′ into ``model`` (e.g. archzoo.nets.set_flat from the parameter server)
+    before :meth:`collect`; actions are sampled from softmax(logits) of that model.
+    """
+
+    def __init__(self, spec: EnvSpec, num_envs: int, t_max: int,
+                 model: torch.nn.Module, seed: int) -> None:
+        if t_max < 1 or num_envs < 1:
+            raise ValueError(f"t_max and num_envs must be >= 1, got {t_max}, {num_envs}")
+        self.spec = spec
+        self.T, self.E = t_max, num_envs
+        self.model = model
+        self.envs = make_vector_env(spec.env_id, num_envs)
+        self.obs, _ = self.envs.reset(seed=seed)
+        self.rng = np.random.default_rng(seed)
+        self.tracker = EpisodeTracker(num_envs)
+        self.env_s = 0.0
+        self.inference_s = 0.0
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Sample a ~ π(·|obs; θ′) for every env."""
+        t0 = time.perf_counter()
+        dtype = next(self.model.parameters()).dtype
+        with torch.no_grad():
+            logits, _ = self.model(torch.as_tensor(obs, dtype=dtype))
+        logits_np = logits.float().numpy()
+        # Gumbel-max: argmax(logits + Gumbel noise) is a sample of softmax(logits).
+        actions = np.argmax(logits_np + self.rng.gumbel(size=logits_np.shape), axis=-1)
+        self.inference_s += time.perf_counter() - t0
+        return actions.astype(np.int64)
+
+    def collect(self) -> Segment:
+        """The next t_max steps of every env, as a fresh :class:`Segment`."""
+        T, E = self.T, self.E
+        obs = np.empty((T + 1, E, *self.spec.obs_shape), dtype=np.float32)
+        actions = np.empty((T, E), dtype=np.int64)
+        rewards = np.empty((T, E), dtype=np.float32)
+        terminated = np.empty((T, E), dtype=bool)
+        truncated = np.empty((T, E), dtype=bool)
+        valid = np.empty((T, E), dtype=bool)
+        ep_returns: list[np.ndarray] = []
+        ep_lengths: list[np.ndarray] = []
+        obs[0] = self.obs
+        for t in range(T):
+            actions[t] = self.act(obs[t])
+            t0 = time.perf_counter()
+            next_obs, reward, term, trunc, _ = self.envs.step(actions[t].copy())
+            self.env_s += time.perf_counter() - t0
+            ok = self.tracker.valid()  # False: this was the autoreset step
+            valid[t] = ok
+            rewards[t] = np.where(ok, reward, 0.0)
+            terminated[t] = term & ok
+            truncated[t] = trunc & ok
+            obs[t + 1] = next_obs
+            _, rets, lens = self.tracker.step(reward, term, trunc, ok)
+            ep_returns.append(rets)
+            ep_lengths.append(lens)
+        self.obs = obs[T].copy()
+        return Segment(
+            obs=obs, actions=actions, rewards=rewards, terminated=terminated,
+            truncated=truncated, valid=valid,
+            ep_returns=np.concatenate(ep_returns).astype(np.float32),
+            ep_lengths=np.concatenate(ep_lengths).astype(np.int32),
+        )
+
+    @property
+    def env_steps(self) -> int:
+        """Valid transitions so far."""
+        return self.tracker.env_steps
+
+    @property
+    def episodes(self) -> int:
+        return self.tracker.episodes
+
+    def close(self) -> None:
+        self.envs.close()
