@@ -38,7 +38,8 @@ def _common_arguments(p: argparse.ArgumentParser) -> None:
                    help="transport engine (default: mpi under mpiexec, else gloo)")
     g.add_argument("--mode", choices=("sync", "async"), default="async")
     g.add_argument("--topology", choices=("star", "tree", "butterfly", "ring", "native"),
-                   default="star", help="schedule of the parameter broadcast (docs/index.md)")
+                   default=None, help="schedule of parameter broadcasts and reductions "
+                   "(default: the architecture's own: star, or ring for gala)")
     g.add_argument("--fanout", type=int, default=2, help="tree fan-out / butterfly radix m")
     g.add_argument("--total-steps", type=int, default=2_000_000, help="env-step budget")
     g.add_argument("--target-return", type=float, default=None,
@@ -178,6 +179,8 @@ def validate_run(args: argparse.Namespace) -> Any:
     elif args.actors is None:
         args.actors = 2
     world = launch.world_size if launch.under_launcher else arch.world_size_for(args, args.actors)
+    if args.topology is None:
+        args.topology = getattr(arch, "DEFAULT_TOPOLOGY", "star")
     problem = arch.validate(args)
     if problem:
         raise UsageError(problem)

@@ -54,3 +54,13 @@ def set_flat(model: nn.Module, flat: np.ndarray) -> None:
             n = p.numel()
             p.copy_(src[i:i + n].view_as(p))
             i += n
+
+
+def set_flat_grad(model: nn.Module, flat: np.ndarray) -> None:
+    """Make the float32 vector ``flat`` the parameters' ``.grad`` (for an optimizer step)."""
+    src = torch.from_numpy(flat)
+    i = 0
+    for p in model.parameters():
+        n = p.numel()
+        p.grad = src[i:i + n].view_as(p).to(p.dtype).clone()
+        i += n

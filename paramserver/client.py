@@ -172,6 +172,12 @@ class PSClient:
         self.closed = True
 
     # -- views -------------------------------------------------------------------------------
+    @property
+    def seq(self) -> int:
+        """The number of the last request (pull, push and BYE alike are numbered 1, 2, ...);
+        the shard's record names a push by it."""
+        return self._seq
+
     def shard_stats(self) -> list[dict[str, int]]:
         """Each shard's counters as of its last reply."""
         return [dict(zip(STAT_FIELDS, map(int, row), strict=True)) for row in self.stats]

@@ -24,9 +24,12 @@ parameters. BYE is not answered; after it the worker is gone.
 
 A worker that dies: under gloo its posted receives fail (PeerFailure) and the shard stops
 listening to it. In async mode the others are served on. In sync mode a round still completes
-by the W − D rule while enough workers live; when fewer than W − D remain the shard raises
-PeerFailure naming the dead rank(s). A silent worker in sync mode ends the round after
-``round_timeout_s`` with PeerTimeout naming the workers that did not push.
+by the W − D rule while enough workers live; once a round that workers wait on can no longer
+gather W − D gradients (at the death, or at the next push if no round was open) the shard
+raises PeerFailure naming the dead rank(s). Workers that said BYE are no error: a round they
+leave hopeless is abandoned and its workers are answered. A silent worker (or an MPI peer,
+whose death no receive reports) ends a sync round after ``round_timeout_s`` with PeerTimeout
+naming the workers that did not push.
 """
 
 from __future__ import annotations
@@ -251,7 +254,11 @@ class ShardState:
         return self._resolve() if self.mode == "sync" else []
 
     def _resolve(self) -> list[Settled]:
-        """Apply the round once it has W − D gradients; give it up if it never can."""
+        """Apply the round once it has W − D gradients; give it up if it never can. With no
+        gradient held nobody waits, so departures alone (the end of a run) are no error: the
+        next push then finds its round hopeless."""
+        if not self._round:
+            return []
         if len(self._round) >= self.need:
             return self._apply_round()
         possible = len(self._round) + sum(1 for w in self.active() if w not in self._round)

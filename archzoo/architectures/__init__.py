@@ -14,6 +14,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
                "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner"),
     "apex": ("archzoo.architectures.apex",
              "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner"),
+    "gala": ("archzoo.architectures.gala",
+             "GALA/PALA: A2C agents averaging their models by gossip over a ring"),
 }
 
 

@@ -33,11 +33,13 @@ from archzoo.architectures.common import (
     LeafControl,
     RankContext,
     StopRequested,
+    absorb_stats,
     finish_leaf,
     finish_root,
     handshake_leaf,
     handshake_root,
     run_summary,
+    stats_message,
 )
 from archzoo.comm import ControlChannel, Inbox, Message
 from archzoo.envs import EnvSpec, env_spec
@@ -305,11 +307,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
 
     def take_stats() -> None:
         for _, msg in control.poll():
-            if msg.get("type") == "stats":
-                mon.add_episodes(msg["returns"])
-                mon.add_steps(msg["steps"], msg.get("first_step_time"))
-                mon.add_eval(msg["eval"])
-                mon.add_lag(learner.version - msg["version"])
+            absorb_stats(mon, msg, learner.version)
 
     def service() -> None:
         with timers("comm"):
@@ -431,9 +429,8 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     def report() -> None:
         nonlocal reported
         steps = actor.tracker.env_steps
-        control.send(0, {"type": "stats", "steps": steps - reported,
-                         "returns": actor.take_finished(), "eval": pending_eval[:],
-                         "version": actor.version, "first_step_time": actor.first_step_time})
+        control.send(0, stats_message(steps - reported, actor.take_finished(), actor.version,
+                                      actor.first_step_time, pending_eval))
         reported = steps
         pending_eval.clear()
 

@@ -58,6 +58,24 @@ def run_summary(ctx: RankContext, mon: Any, stop: str, arch: str, topology: str,
     }
 
 
+def stats_message(steps: int, returns: list[float], version: int, first_step_time: float,
+                  eval_returns: list[float] = ()) -> dict[str, Any]:
+    """What a leaf tells the root about its episodes (JSON on the control channel)."""
+    return {"type": "stats", "steps": steps, "returns": list(returns),
+            "eval": list(eval_returns), "version": version, "first_step_time": first_step_time}
+
+
+def absorb_stats(mon: Any, msg: dict[str, Any], version: int) -> bool:
+    """Feed a leaf's stats message into the root's Monitor; False if it was no stats."""
+    if msg.get("type") != "stats":
+        return False
+    mon.add_episodes(msg["returns"])
+    mon.add_steps(msg["steps"], msg.get("first_step_time"))
+    mon.add_eval(msg["eval"])
+    mon.add_lag(version - msg["version"])
+    return True
+
+
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     """Raised inside a leaf's wait when the root's STOP arrives."""
 

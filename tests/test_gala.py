@@ -1,0 +1,62 @@
+"""GALA/PALA end to end: A2C agents gossiping over the ring, on both engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.mp import describe, run_mpi
+from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed
+
+SMOKE = ["--total-steps", "150000", "--quiet", "--seed", "2", "--log-interval", "0.5"]
+
+
+def check(d: Path, backend: str, agents: int) -> dict:
+    s = load_run(d)
+    assert (s["arch"], s["backend"], s["world_size"]) == ("gala", backend, agents)
+    assert s["env_steps"] >= 150000 and s["final_mean_return"] > RANDOM_RETURN + 10
+    if agents > 1:
+        assert s["topology"] == "ring" and s["gossip_rounds"] > 0
+        # every gossip round sends to both ring neighbours (one for two agents): the
+        # messages of rank 0 count gossip rounds and the stop-flag chain
+        assert s["per_rank_bytes"]["1"]["msgs_sent"] >= s["gossip_rounds"]
+        assert {f"agent{r}" for r in range(agents)} <= set(s["time_breakdown_s"])
+    return s
+
+
+@pytest.mark.parametrize("agents", [0, 3])
+def test_embedded_gloo(tmp_path: Path, agents: int) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "gala", "--actors", str(agents), "--run-dir", str(d), *SMOKE)
+    assert r.returncode == 0, r.stderr
+    check(d, "gloo" if agents else "none", max(1, agents))
+
+
+def test_mpiexec(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    job = run_mpi(3, ["-m", "archzoo", "run", "gala", "--run-dir", str(d), *SMOKE],
+                  timeout_s=180)
+    assert job.returncode == 0, describe(job)
+    check(d, "mpi", 3)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--topology", "tree"], "gossip with their ring neighbours"),
+    (["--mode", "sync"], "no --mode sync"),
+    (["--gossip-every", "0"], "--gossip-every"),
+])
+def test_bad_input(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(["run", "gala", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+@pytest.mark.slow
+def test_gala_solves_cartpole(tmp_path: Path) -> None:
+    s = solve_either_seed("gala", ["--env", "CartPole-v1", "--target-return", "475",
+                                   "--actors", "2", "--total-steps", "3000000",
+                                   "--time-limit", "240"], tmp_path)
+    assert s["final_mean_return"] >= 475 and s["stop_reason"] == "target"
