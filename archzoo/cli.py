@@ -66,6 +66,10 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="name the architectures")
+    sub.add_parser("study", help="sweep topologies/actors/backends/modes (archzoo study -h)",
+                   add_help=False)
+    sub.add_parser("bench", help="archzoo bench comm: collectives per topology (-h)",
+                   add_help=False)
     run = sub.add_parser("run", help="run an architecture",
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     run.add_argument("arch", help=f"one of: {', '.join(ARCHITECTURES)}")
@@ -247,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001
         rank = 0
     try:
+        if argv[:1] == ["study"]:
+            from archzoo import study
+
+            return study.main(argv[1:], _Parser)
+        if argv[:2] == ["bench", "comm"]:
+            from archzoo import benchcomm
+
+            return benchcomm.main(argv[2:])
         if any(a in ("-h", "--help") for a in argv):
             build_parser(_arch_from_argv(argv)).parse_args(argv)
         args = parse(argv)

@@ -217,7 +217,7 @@ class ShardState:
                              f"version {grad_version}, ahead of this shard's version {v}")
         self.stats.pushed += 1
         if self.mode == "async":
-            if self.staleness is not None and v - grad_version > self.staleness:
+            if self.staleness is not None and v - grad_version > self.staleness + 1:
                 self.stats.dropped_stale += 1
                 outcome = Outcome.STALE
             else:

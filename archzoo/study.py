@@ -1,0 +1,128 @@
+"""``archzoo study``: sweep topologies, actor counts, backends and modes; tabulate and plot.
+
+Each grid point is one ``archzoo run ARCH ...`` in a subprocess (exactly what a user
+would run); its summary.json feeds one row of ``study.csv``: the outcome (solved, time
+and env steps to the target, fps) beside the communication it cost (messages and bytes
+per rank, topology rounds). ``study.png`` plots fps and time to target per grid point.
+
+    archzoo study --arch impala --mode sync --topology star,tree,butterfly --actors 1,2 \\
+        --out study/ -- --total-steps 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COLUMNS = ("arch", "topology", "actors", "backend", "mode", "seed", "exit_code", "solved",
+           "time_to_target_s", "env_steps_to_target", "env_steps", "fps", "final_mean_return",
+           "eval_mean_return", "world_size", "topology_rounds", "root_msgs_sent",
+           "root_bytes_sent", "max_other_bytes_sent", "total_msgs_sent", "total_bytes_sent",
+           "wall_s", "run_dir")
+
+
+def _csv_list(kind):
+    def parse(text: str) -> list:
+        try:
+            return [kind(x) for x in text.split(",") if x]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list: {text!r}") \
+                from None
+    return parse
+
+
+def build_parser(parser_class=argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p = parser_class(prog="archzoo study", description=__doc__.splitlines()[0])
+    p.add_argument("--arch", required=True)
+    p.add_argument("--topology", type=_csv_list(str), default=["star"])
+    p.add_argument("--actors", type=_csv_list(int), default=[2])
+    p.add_argument("--backend", type=_csv_list(str), default=["gloo"])
+    p.add_argument("--mode", type=_csv_list(str), default=["async"])
+    p.add_argument("--seeds", type=_csv_list(int), default=[0])
+    p.add_argument("--out", required=True, help="directory for study.csv, study.png, runs/")
+    return p
+
+
+def row_from_summary(point: dict, code: int, run_dir: Path) -> dict:
+    row = dict(point, exit_code=code, run_dir=str(run_dir))
+    f = run_dir / "summary.json"
+    if code != 0 or not f.is_file():
+        return row
+    s = json.loads(f.read_text())
+    for k in ("solved", "time_to_target_s", "env_steps_to_target", "env_steps", "fps",
+              "final_mean_return", "eval_mean_return", "world_size", "topology_rounds",
+              "wall_s"):
+        row[k] = s.get(k)
+    per = s.get("per_rank_bytes", {})
+    root = per.get("0", {})
+    others = [v.get("bytes_sent", 0) for r, v in per.items() if r != "0"]
+    row.update(root_msgs_sent=root.get("msgs_sent"), root_bytes_sent=root.get("bytes_sent"),
+               max_other_bytes_sent=max(others) if others else 0,
+               total_msgs_sent=sum(v.get("msgs_sent", 0) for v in per.values()),
+               total_bytes_sent=sum(v.get("bytes_sent", 0) for v in per.values()))
+    return row
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['topology']}\n{r['actors']}a {r['backend']}\n{r['mode']} s{r['seed']}"
+              for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(max(10, 1.8 * len(rows)), 4.5))
+    panels = ((axes[0], "fps", "env frames / s", 1.0),
+              (axes[1], "time_to_target_s", "time to target (s)", 1.0),
+              (axes[2], "total_bytes_sent", "bytes sent, all ranks (MB)", 1e-6))
+    for ax, key, title, scale in panels:
+        vals = [float(r[key]) * scale if r.get(key) not in (None, "") else None for r in rows]
+        ax.bar(range(len(rows)), [v or 0.0 for v in vals], color="tab:blue")
+        for i, v in enumerate(vals):
+            if v is None:
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+        ax.set_title(title)
+    fig.suptitle(f"archzoo study: {rows[0]['arch']}" if rows else "archzoo study")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    else:
+        extra = []
+    a = build_parser(parser_class).parse_args(argv)
+    out = Path(a.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    grid = list(itertools.product(a.topology, a.actors, a.backend, a.mode, a.seeds))
+    rows = []
+    for k, (topo, actors, backend, mode, seed) in enumerate(grid, 1):
+        point = {"arch": a.arch, "topology": topo, "actors": actors, "backend": backend,
+                 "mode": mode, "seed": seed}
+        run_dir = out / "runs" / f"{a.arch}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
+        cmd = [sys.executable, "-m", "archzoo", "run", a.arch, "--topology", topo,
+               "--actors", str(actors), "--backend", backend, "--mode", mode,
+               "--seed", str(seed), "--run-dir", str(run_dir), "--quiet", *extra]
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        err = r.stderr.strip().splitlines()[-1] if r.returncode and r.stderr.strip() else ""
+        rows.append(row_from_summary(point, r.returncode, run_dir))
+        print(f"[study {k}/{len(grid)}] {topo} actors={actors} {backend} {mode} seed={seed}: "
+              f"exit {r.returncode} in {time.time() - t0:.1f}s {err}", flush=True)
+    with open(out / "study.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    plot(rows, out / "study.png")
+    print(f"wrote {out / 'study.csv'} and {out / 'study.png'}")
+    return 0 if all(r["exit_code"] == 0 for r in rows) else 1
