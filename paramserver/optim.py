@@ -13,9 +13,9 @@ then exactly the unsharded one).
 - :class:`Adam` (Kingma & Ba 2015, Algorithm 1), with its bias correction.
 
 ``step(params, grad)`` takes a numpy array or a CPU torch tensor (updated in place through a
-zero-copy numpy view); ``grad`` is the gradient *of the loss* (seed 004's Algorithm 12.37
-accumulates dθ of the objective; the paper's clients push gradients of the loss and the
-server descends).
+zero-copy numpy view); ``grad`` is the gradient *of the loss* and the step descends (seed 004's
+Algorithm 12.37 writes dθ for the objective; archzoo's clients push gradients of the loss,
+DESIGN.md "Where seed 004 is loose").
 """
 
 from __future__ import annotations

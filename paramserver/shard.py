@@ -217,7 +217,7 @@ class ShardState:
                              f"version {grad_version}, ahead of this shard's version {v}")
         self.stats.pushed += 1
         if self.mode == "async":
-            if self.staleness is not None and v - grad_version > self.staleness + 1:
+            if self.staleness is not None and v - grad_version > self.staleness:
                 self.stats.dropped_stale += 1
                 outcome = Outcome.STALE
             else:
@@ -450,13 +450,33 @@ class ParamShard:
         return True
 
     def _lost(self, w: int, err: BaseException) -> None:
-        """A worker died: stop listening to it; in sync mode this may end the run."""
-        if w in self.state.dead:
+        """A worker's stream broke: it left after BYE, or it died. A dead worker is no longer
+        listened to; in sync mode its death may end the run."""
+        if w in self.state.dead or w in self.state.departed:
+            return
+        if self._said_bye(w):
+            self._settle(self.state.leave(w))
             return
         self.failures[w] = str(err)
         self._held.discard(w)  # its gradient (if held) stays in the round; its buffer is left
         self._sending.pop(w, None)
         self._settle(self.state.leave(w, dead=True))
+
+    def _said_bye(self, w: int, grace_s: float = 1.0) -> bool:
+        """Whether ``w``'s next request is a BYE. A worker exits once its BYE was taken, and
+        under gloo its other posted receives may fail before the BYE's receive is flagged
+        done (each stream has its own waiter thread), so let the request stream settle."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            try:
+                msg = self.requests.poll(w)
+            except PeerFailure:
+                return False
+            if msg is not None:
+                return int(msg["kind"]) == BYE  # not released: nobody will send again
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1e-4)
 
     def _settle(self, settled: list[Settled]) -> None:
         for s in settled:
