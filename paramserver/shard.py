@@ -369,10 +369,10 @@ class ParamShard:
             if req is not None:
                 did = True
                 seq, kind, size = int(req["seq"]), int(req["kind"]), int(req["size"])
-                if not self._repost(self.requests, w):
-                    continue
-                if kind == BYE:
+                if kind == BYE:  # not reposted: the worker sends nothing more (and may be gone)
                     self._settle(st.leave(w))
+                    continue
+                if not self._repost(self.requests, w):
                     continue
                 if kind != PULL:
                     raise ValueError(f"rank {self.t.rank}: unknown request kind {kind} "
