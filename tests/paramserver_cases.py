@@ -143,7 +143,23 @@ def shard_role(t: Transport, case: Case, shards: list[int], workers: list[int], 
 
 
 # -- workers -------------------------------------------------------------------------------------
+def expect_error(kind: type[Exception], fn: Callable[[], object], what: str) -> None:
+    try:
+        fn()
+    except kind:
+        return
+    raise AssertionError(f"{what}: no {kind.__name__}")
+
+
 def sync_worker(t: Transport, case: Case, c: PSClient, workers: list[int]) -> dict:
+    # the client's own rules: versions come from a pull; one request in flight
+    expect_error(ValueError, lambda: c.push(np.zeros(N, F32)), "push before any pull")
+    expect_error(RuntimeError, lambda: c.wait_params(0.1), "wait with nothing asked")
+    c.pull()
+    expect_error(RuntimeError, c.pull, "a second request in flight")
+    theta, v = c.wait_params(TIMEOUT_S)
+    assert (v == 0).all() and np.array_equal(theta, init_params()), "initial pull"
+    expect_error(ValueError, lambda: c.push(np.zeros(N - 1, F32)), "a gradient of wrong size")
     theta, v = c.sync(TIMEOUT_S)
     assert (v == 0).all() and np.array_equal(theta, init_params()), "initial pull"
     for r in range(ROUNDS):
