@@ -14,6 +14,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
                "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner"),
     "apex": ("archzoo.architectures.apex",
              "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner"),
+    "a3c": ("archzoo.architectures.a3c",
+            "A3C (async) / A2C (--mode sync): actor-learners push gradients to a sharded PS"),
     "gala": ("archzoo.architectures.gala",
              "GALA/PALA: A2C agents averaging their models by gossip over a ring"),
 }
