@@ -87,6 +87,40 @@ def _q_and_targets(online: nn.Module, target: nn.Module, b: dict[str, Tensor]
     return q_sa, y
 
 
+def _td_loss(online: nn.Module, target: nn.Module, b: dict[str, Tensor],
+             weights: np.ndarray | Tensor | None,
+             huber_delta: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(loss = mean(w · Huber(y − Q(s, a))), Q(s, a), y)."""
+    q_sa, y = _q_and_targets(online, target, b)
+    per_item = F.huber_loss(q_sa, y, reduction="none", delta=huber_delta)
+    if weights is not None:
+        per_item = per_item * torch.as_tensor(weights, device=q_sa.device).float()
+    return per_item.mean(), q_sa, y
+
+
+def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.ndarray | Tensor],
+                 weights: np.ndarray | Tensor | None = None, huber_delta: float = 1.0,
+                 max_grad_norm: float | None = 10.0) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The flat gradient of the double-DQN loss (not applied), for a parameter server.
+
+    Gorila (Nair et al. 2015; seed 004 §12.4.6): a learner computes the gradient with its
+    online network and a target network that follows the server, and pushes it. Returns
+    (float32 gradient in ``parameters()`` order, clipped on the client; |δ| per item; stats).
+    """
+    params = list(online.parameters())
+    device = params[0].device
+    loss, q_sa, y = _td_loss(online, target, _as_tensors(batch, device), weights, huber_delta)
+    grads = torch.autograd.grad(loss, params)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    norm = float(flat.norm())
+    if max_grad_norm is not None and norm > max_grad_norm:
+        flat = flat * (max_grad_norm / norm)
+    td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
+    stats = {"loss": float(loss.detach()), "mean_q": float(q_sa.detach().mean()),
+             "grad_norm": norm}
+    return flat.cpu().numpy().astype(np.float32), td, stats
+
+
 @torch.no_grad()
 def initial_priorities(model: nn.Module, obs: np.ndarray | Tensor, action: np.ndarray | Tensor,
                        ret: np.ndarray | Tensor, next_obs: np.ndarray | Tensor,
@@ -143,11 +177,7 @@ class DQNLearner:
         """
         t0 = time.perf_counter()
         b = _as_tensors(batch, self.device)
-        q_sa, y = _q_and_targets(self.model, self.target, b)
-        per_item = F.huber_loss(q_sa, y, reduction="none", delta=self.cfg.huber_delta)
-        if weights is not None:
-            per_item = per_item * torch.as_tensor(weights, device=self.device).float()
-        loss = per_item.mean()
+        loss, q_sa, y = _td_loss(self.model, self.target, b, weights, self.cfg.huber_delta)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archzoo.comm import Inbox, Message, Schema, Transport
+from archzoo.comm import Inbox, Message, Request, Schema, Transport
 from replay.memory import PrioritizedReplay, UniformReplay, importance_weights
 
 TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount")
@@ -102,21 +102,27 @@ class RateLimiter:
 
 
 class ReplayServer:
-    """One shard: consumes actor inserts and answers the learner's requests, never blocking."""
+    """One shard: consumes actor inserts and answers its learners' requests, never blocking.
+
+    ``learners`` is one rank (Ape-X) or several (Gorila's learners share one replay); each
+    learner has one request in flight and its own reply buffer.
+    """
 
     def __init__(self, transport: Transport, memory: UniformReplay, obs_shape: tuple[int, ...],
-                 actors: Sequence[int], learner: int, insert_cap: int, batch_size: int,
-                 limiter: RateLimiter, tags: tuple[int, int, int]) -> None:
+                 actors: Sequence[int], learners: int | Sequence[int], insert_cap: int,
+                 batch_size: int, limiter: RateLimiter, tags: tuple[int, int, int]) -> None:
         tag_insert, tag_request, tag_reply = tags
-        self.t, self.memory, self.learner, self.limiter = transport, memory, learner, limiter
+        self.learners = [learners] if isinstance(learners, int) else list(learners)
+        self.t, self.memory, self.limiter = transport, memory, limiter
         self.tag_reply = tag_reply
         self.inserts = Inbox(transport, transitions_schema(obs_shape, insert_cap), actors,
                              tag_insert, depth=2, what="transitions")
-        self.requests = Inbox(transport, request_schema(batch_size), [learner], tag_request,
+        self.requests = Inbox(transport, request_schema(batch_size), self.learners, tag_request,
                               depth=1, what="sample request")
-        self._reply = reply_schema(obs_shape, batch_size).new()
-        self._sending = None
-        self._updated = False  # the pending request's priority updates were applied
+        schema = reply_schema(obs_shape, batch_size)
+        self._reply = {r: schema.new() for r in self.learners}
+        self._sending: dict[int, Request | None] = dict.fromkeys(self.learners)
+        self._updated = dict.fromkeys(self.learners, False)  # pending request's updates applied
 
     def drain_inserts(self, force: bool = False) -> int:
         """Take arrived actor messages (while the rate limiter allows, unless ``force``)."""
@@ -130,31 +136,37 @@ class ReplayServer:
         return n
 
     def serve(self) -> bool:
-        """One non-blocking round: inserts, then at most one answered request."""
+        """One non-blocking round: inserts, then at most one answered request per learner."""
         did = self.drain_inserts() > 0
-        req = self.requests.poll(self.learner)
+        for learner in self.learners:
+            did = self._answer(learner) or did
+        return did
+
+    def _answer(self, learner: int) -> bool:
+        req = self.requests.poll(learner)
         if req is None:
-            return did
-        if not self._updated and isinstance(self.memory, PrioritizedReplay):
+            return False
+        if not self._updated[learner] and isinstance(self.memory, PrioritizedReplay):
             k = int(req["upd_count"])
             if k:
                 self.memory.update_priorities(req["upd_idx"][:k], req["upd_item_ids"][:k],
                                               req["upd_priority"][:k])
-        self._updated = True
+        self._updated[learner] = True
         count = int(req["count"])
-        if self._sending is not None and not self._sending.test():
-            return did
+        sending = self._sending[learner]
+        if sending is not None and not sending.test():
+            return False
         if count > 0 and not self.limiter.can_sample(len(self.memory), count):
-            return did
-        self._fill(count)
-        self._sending = self.t.isend(self._reply.buffer, self.learner, self.tag_reply,
-                                     "sample reply")
-        self.requests.release(self.learner)
-        self._updated = False
+            return False
+        self._fill(self._reply[learner], count)
+        self._sending[learner] = self.t.isend(self._reply[learner].buffer, learner,
+                                              self.tag_reply, "sample reply")
+        self.requests.release(learner)
+        self._updated[learner] = False
         return True
 
-    def _fill(self, count: int) -> None:
-        r, m = self._reply, self.memory
+    def _fill(self, r: Message, count: int) -> None:
+        m = self.memory
         r["count"][...] = count
         if count > 0:
             s = m.sample(count)
@@ -171,8 +183,9 @@ class ReplayServer:
         r["inserted"][...] = self.limiter.inserted
 
     def flush(self, on_poll: Callable[[], None] | None = None) -> None:
-        if self._sending is not None:
-            self.t.wait(self._sending, on_poll=on_poll)
+        for sending in self._sending.values():
+            if sending is not None:
+                self.t.wait(sending, on_poll=on_poll)
 
 
 @dataclass

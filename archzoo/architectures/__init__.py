@@ -16,6 +16,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
              "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner"),
     "a3c": ("archzoo.architectures.a3c",
             "A3C (async) / A2C (--mode sync): actor-learners push gradients to a sharded PS"),
+    "gorila": ("archzoo.architectures.gorila",
+               "Gorila: actors, a replay memory, L learners and a sharded parameter server"),
     "gala": ("archzoo.architectures.gala",
              "GALA/PALA: A2C agents averaging their models by gossip over a ring"),
 }

@@ -47,7 +47,7 @@ from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.runlog import Monitor, RunDir, Timers
 from archzoo.topology.star import StarPublisher, params_schema
 from learners.dqn import DQNConfig, DQNLearner, QNetwork
-from replay.memory import PrioritizedReplay
+from replay.memory import PrioritizedReplay, UniformReplay
 from replay.server import (
     LocalReplayClient,
     RateLimiter,
@@ -167,7 +167,10 @@ def _learner(cfg: argparse.Namespace, spec: EnvSpec) -> DQNLearner:
     return DQNLearner(_qnet(cfg, spec), dqn, torch.device(cfg.device))
 
 
-def _memory(cfg: argparse.Namespace, spec: EnvSpec, capacity: int, seed: int) -> PrioritizedReplay:
+def _memory(cfg: argparse.Namespace, spec: EnvSpec, capacity: int, seed: int) -> UniformReplay:
+    """Prioritized (Ape-X; Gorila with --prioritized) or uniform (Gorila's default) replay."""
+    if not getattr(cfg, "prioritized", True):
+        return UniformReplay(capacity, memory_fields(spec.obs_shape), seed=seed)
     return PrioritizedReplay(capacity, memory_fields(spec.obs_shape), alpha=cfg.alpha,
                              beta=cfg.beta, seed=seed)
 
@@ -183,17 +186,17 @@ def _digests(cfg: argparse.Namespace, spec: EnvSpec, n_params: int) -> dict[str,
             "reply": reply_schema(spec.obs_shape, cfg.batch_size).digest()}
 
 
-def _monitor(ctx: RankContext, run_dir: RunDir) -> Monitor:
+def _monitor(ctx: RankContext, run_dir: RunDir, name: str = NAME) -> Monitor:
     cfg = ctx.cfg
     backend = ctx.transport.backend if ctx.transport else "-"
     return Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
-                   cfg.log_interval, f"{NAME}/{backend}", quiet=cfg.quiet,
+                   cfg.log_interval, f"{name}/{backend}", quiet=cfg.quiet,
                    eval_window=EVAL_WINDOW * cfg.eval_episodes)
 
 
 def _save(run_dir: RunDir, learner: DQNLearner, cfg: argparse.Namespace,
-          spec: EnvSpec) -> None:
-    run_dir.save_policy(learner.model, {"arch": NAME, "net": "q", "env": spec.env_id,
+          spec: EnvSpec, name: str = NAME) -> None:
+    run_dir.save_policy(learner.model, {"arch": name, "net": "q", "env": spec.env_id,
                                         "obs_shape": list(spec.obs_shape),
                                         "num_actions": spec.num_actions,
                                         "hidden": cfg.hidden, "dueling": cfg.dueling})
@@ -216,10 +219,11 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 # -- one process: the baseline ----------------------------------------------------------
 
 
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single(ctx: RankContext, spec: EnvSpec, name: str = NAME) -> dict[str, Any]:
+    """``--actors 0``: actor, replay and learner in one process (also Gorila's baseline)."""
     cfg = ctx.cfg
     run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = _monitor(ctx, run_dir)
+    mon = _monitor(ctx, run_dir, name)
     learner = _learner(cfg, spec)
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else _qnet(cfg, spec)
@@ -258,11 +262,11 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     evaluator.close()
     timers = {"actor0": {"env": actor.env_s, "inference": actor.inference_s},
               "learner": {"update": learner.update_s}}
-    summary = run_summary(ctx, mon, stop, NAME, "none", "single process, no transport",
+    summary = run_summary(ctx, mon, stop, name, "none", "single process, no transport",
                           learner.device, learner.version, timers,
                           {"replay_size": len(memory), "replay_inserted": limiter.inserted})
     run_dir.write_summary(summary)
-    _save(run_dir, learner, cfg, spec)
+    _save(run_dir, learner, cfg, spec, name)
     run_dir.close()
     return summary
 

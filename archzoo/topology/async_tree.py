@@ -1,0 +1,641 @@
+"""Asynchronous collectives over the k-nomial tree: broadcast and reduce-to-root, never blocking.
+
+DESIGN.md Topology (tree with fan-out m) and seed 004 §12.2–12.3 (星形/树形结构通信): the same
+tree as :class:`~archzoo.topology.tree.TreeTopology` — relative ranks ``v = (rank − root) mod N``,
+the parent of v > 0 is ``v − v mod m^(L+1)`` with L the position of v's lowest non-zero base-m
+digit, and v's children are ``v + j·m^k < N`` for k < L, j = 1..m−1 (:func:`tree_links`) — but
+without the synchronous schedule: every rank drives its part from its own loop by calling
+``poll()`` (like :meth:`StarPublisher.pump <archzoo.topology.star.StarPublisher.pump>`), which
+never blocks. Receives stay posted (:class:`~archzoo.comm.inbox.Inbox`: gloo is a rendezvous),
+at most one send is in flight per edge and direction, and a rank never waits for a peer except
+in :meth:`finish`, whose deadline names the peer.
+
+:class:`AsyncTreeBroadcast` — the root publishes versions (IMPALA's parameters) at its own pace;
+a relay forwards the newest version it holds to each child whose previous send completed, so a
+slow subtree skips versions instead of queueing them (latest-wins, as StarPublisher does for the
+star). Per rank: messages sent/received, versions received and skipped, and the *age* of each
+version at receipt, ``root version − received version`` (see the class for how a rank that
+cannot see the root learns the root's version at that moment).
+
+:class:`AsyncTreeReduce` — every rank contributes items ``(origin, round, payload)`` at its own
+pace; a parent forwards what its subtree delivered, packing up to ``capacity`` items into one
+message (fixed capacity + count field); what does not fit, or arrives while the previous send to
+the parent is still in flight, goes in a later message. Nothing is combined, dropped or
+duplicated, so the root receives each contribution exactly once.
+
+Shutdown protocol (both classes; the owner follows it so that a finished run leaves nothing in
+flight that would hang ``MPI_Finalize``):
+
+1. Broadcast: the root stops publishing and calls :meth:`close`, which sends the newest version
+   once more, marked *final*, down the tree. Reduce: each rank calls :meth:`close` after its
+   last :meth:`contribute`; once a rank is closed and every child has sent its *done* mark, its
+   last message to its parent carries *done*.
+2. Every rank keeps calling ``poll()`` from its loop until :meth:`idle` is True, or calls
+   :meth:`finish` (close, then poll until idle, with a deadline naming the peer it waits for).
+   ``idle()`` means: nothing more will arrive on this tag (final/done received) and every send
+   this rank started has completed. Dependencies run one way (broadcast: parent → child;
+   reduce: child → parent) and the peer a rank waits for is itself polling until idle, so every
+   rank gets there.
+3. ``transport.barrier()``; then MPI ranks call ``transport.shutdown()`` (which withdraws the
+   receives the Inbox still has posted — no send can match them any more) and gloo ranks leave
+   with ``os._exit`` (gloo cannot withdraw posted receives).
+
+Times (``age_s`` and the broadcast's reconstruction of the root's version) use ``time.time()``
+stamps taken on different ranks: exact on one host, off by the clock skew across hosts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from archzoo.comm.base import Backoff, Request, Transport
+from archzoo.comm.errors import CommError, PeerTimeout
+from archzoo.comm.inbox import Inbox
+from archzoo.comm.schema import Message, Schema
+from archzoo.topology.base import ceil_log, check_fanout
+from archzoo.topology.tree import lowest_digit
+
+__all__ = ["AsyncTreeBroadcast", "AsyncTreeReduce", "Contribution", "Receipt", "tree_depth",
+           "tree_links"]
+
+
+def tree_links(rank: int, size: int, root: int, fanout: int) -> tuple[int | None, list[int]]:
+    """(parent, children) of ``rank`` in the k-nomial tree with fan-out m rooted at ``root``.
+
+    Same tree as :class:`~archzoo.topology.tree.TreeTopology`: the parent of relative rank
+    v > 0 is ``v − v mod m^(L(v)+1)``; the children are ``v + j·m^k < N`` for k < L(v) (L of
+    the root: ⌈log_m N⌉), listed largest subtree first. Ranks are absolute.
+    """
+    m = check_fanout(fanout)
+    _check_rank("root", root, size)
+    _check_rank("rank", rank, size)
+    v = (rank - root) % size
+    low = lowest_digit(v, m, ceil_log(size, m))
+    parent = None if v == 0 else (v - v % m ** (low + 1) + root) % size
+    kids = [(v + j * m ** k + root) % size for k in reversed(range(low)) for j in range(1, m)
+            if v + j * m ** k < size]
+    return parent, kids
+
+
+def tree_depth(rank: int, size: int, root: int, fanout: int) -> int:
+    """Hops from ``rank`` to ``root``: the number of non-zero base-m digits of v."""
+    m = check_fanout(fanout)
+    v, d = (rank - root) % size, 0
+    while v:
+        d += v % m != 0
+        v //= m
+    return d
+
+
+def _check_rank(what: str, r: int, size: int) -> None:
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < size:
+        raise ValueError(f"{what} must be a rank in [0, {size}), got {r!r}")
+
+
+def _payload_nbytes(payload: int | Schema) -> int:
+    if isinstance(payload, Schema):
+        return payload.nbytes
+    if isinstance(payload, bool) or not isinstance(payload, (int, np.integer)) or payload < 0:
+        raise ValueError(f"payload must be a Schema or a byte count >= 0, got {payload!r}")
+    return int(payload)
+
+
+def _as_bytes(data: np.ndarray | Message, nbytes: int, what: str) -> np.ndarray:
+    arr = data.buffer if isinstance(data, Message) else np.ascontiguousarray(data)
+    if arr.nbytes != nbytes:
+        raise ValueError(f"{what}: payload has {arr.nbytes} bytes, this instance carries "
+                         f"{nbytes}")
+    return arr.reshape(-1).view(np.uint8)
+
+
+def _run_until_idle(obj: AsyncTreeBroadcast | AsyncTreeReduce, timeout_s: float | None,
+                    on_poll: Callable[[], None] | None) -> None:
+    t = obj.transport
+    t0 = time.perf_counter()
+    deadline = t0 + (t.timeout_s if timeout_s is None else timeout_s)
+    backoff = Backoff(t.idle, t.spin_s)
+    try:
+        while True:
+            obj.poll()
+            if obj.idle():
+                return
+            if on_poll is not None:
+                on_poll()
+            if time.perf_counter() > deadline:
+                raise obj._stuck(deadline - t0)
+            backoff.pause()
+    finally:
+        t.wait_s += time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcast
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Receipt:
+    """One version a non-root rank took in :meth:`AsyncTreeBroadcast.poll` (``record=True``).
+
+    ``seq``: the root's publication number of the version (1, 2, …); ``t_recv``: when poll took
+    it; ``age``: root version at ``t_recv`` − ``version`` (a lower bound when not ``exact``;
+    then the true age is at most ``age_hi``); ``age_s``: seconds from publication to receipt.
+    """
+
+    seq: int
+    version: int
+    t_recv: float
+    age: int
+    age_hi: int
+    exact: bool
+    age_s: float
+
+
+class AsyncTreeBroadcast:
+    """Latest-wins broadcast of versions from ``root`` down the k-nomial tree, non-blocking.
+
+    ``payload`` is a :class:`Schema` (e.g. :func:`~archzoo.topology.star.params_schema`) or a
+    byte count. The root calls :meth:`publish` (``version`` strictly increasing, ≥ 0); every
+    rank calls :meth:`poll` from its loop, which takes what arrived from the parent (into
+    ``depth`` posted receives) and sends the newest version held to each child whose previous
+    send completed — one send in flight per child, each from its own buffer, so a slow child
+    (and its subtree) skips versions. :meth:`latest` is the newest version held.
+
+    Ages. ``age = root version − received version at receipt`` needs the root's version at the
+    moment a rank far down the tree takes a message, which it cannot see. So every message
+    carries the (version, publication time) of the root's last ``history`` publications, and a
+    receipt taken at time t is settled once a rank knows a publication later than t: the root's
+    version at t is the last publication at or before t. Exact when the history covers the gap
+    (``history`` ≥ versions published between two receipts of this rank); otherwise a lower
+    bound is kept and counted in ``age_inexact``. Receipts still open when the final version
+    arrives are settled against it (the root publishes nothing after it). ``skipped`` counts the
+    publications a rank never received (exact, from the publication numbers).
+    """
+
+    def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
+                 tag: int = 310, *, history: int = 64, depth: int = 2,
+                 record: bool = False) -> None:
+        self.transport, self.tag = transport, int(tag)
+        self.rank, self.size = transport.rank, transport.world_size
+        self.root, self.fanout = root, check_fanout(fanout)
+        self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
+        self.schema = payload if isinstance(payload, Schema) else None
+        self.nbytes = _payload_nbytes(payload)
+        if history < 1 or depth < 1:
+            raise ValueError(f"history and depth must be >= 1, got {history}, {depth}")
+        self.history = int(history)
+        self.wire = Schema("async_tree_broadcast", [
+            ("payload", np.uint8, (self.nbytes,)), ("version", np.int64, ()),
+            ("seq", np.int64, ()), ("final", np.int64, ()),
+            ("hist_version", np.int64, (self.history,)), ("hist_t", np.float64, (self.history,)),
+        ])
+        self._latest = self.wire.new()
+        self._latest["version"][...] = -1
+        self._latest["hist_version"][:] = -1
+        self._latest["hist_t"][:] = np.nan
+        self.seq = 0  # publication number of the version held (0: none)
+        self.final = False  # the root closed: no version follows the one held
+        self._buf = {c: self.wire.new() for c in self.children}
+        self._req: dict[int, Request | None] = dict.fromkeys(self.children)
+        self._stale: set[int] = set()
+        self._inbox = Inbox(transport, self.wire, [self.parent], self.tag, depth,
+                            "async tree broadcast version") if self.parent is not None else None
+        # statistics
+        self.msgs_sent = 0
+        self.msgs_received = 0
+        self.versions_received = 0
+        self.skipped = 0
+        self.out_of_order = 0  # a message not newer than the held version (never, if correct)
+        self.sent_to: dict[int, int] = dict.fromkeys(self.children, 0)
+        self.age_count = 0
+        self.age_sum = 0
+        self.age_max = 0
+        self.age_inexact = 0
+        self.age_s_sum = 0.0
+        self.age_s_max = 0.0
+        self.record = record
+        self.receipts: list[Receipt] = []
+        self._known: dict[int, tuple[int, float]] = {}  # publication seq -> (version, time)
+        self._pending: deque[tuple[int, int, float, float]] = deque()  # seq, version, t, t_pub
+
+    def __repr__(self) -> str:
+        return (f"AsyncTreeBroadcast(rank={self.rank}, root={self.root}, fanout={self.fanout}, "
+                f"parent={self.parent}, children={self.children}, seq={self.seq})")
+
+    # -- the root -----------------------------------------------------------------------------
+    def publish(self, data: np.ndarray | Message, version: int) -> None:
+        """Root only: make ``data`` (``nbytes`` bytes, any dtype, or a Message of the schema)
+        version ``version`` and start sending it to the children that are free."""
+        if self.rank != self.root:
+            raise RuntimeError(f"rank {self.rank}: only the root ({self.root}) publishes")
+        if self.final:
+            raise RuntimeError("publish after close()")
+        cur = int(self._latest["version"])
+        if isinstance(version, bool) or not isinstance(version, (int, np.integer)) \
+                or version < 0 or version <= cur:
+            raise ValueError(f"versions must be integers >= 0 and strictly increasing: "
+                             f"{version!r} after {cur}")
+        self._latest["payload"][:] = _as_bytes(data, self.nbytes, "publish")
+        self._latest["version"][...] = version
+        self.seq += 1
+        self._latest["seq"][...] = self.seq
+        hv, ht = self._latest["hist_version"], self._latest["hist_t"]
+        hv[1:] = hv[:-1].copy()
+        ht[1:] = ht[:-1].copy()
+        hv[0], ht[0] = version, time.time()
+        self._stale = set(self.children)
+        self._pump()
+
+    def close(self) -> None:
+        """Root: no more versions — send the newest once more, marked final. Others: no-op."""
+        if self.rank != self.root or self.final:
+            return
+        self.final = True
+        self._latest["final"][...] = 1
+        self._stale = set(self.children)
+        self._pump()
+
+    # -- every rank ---------------------------------------------------------------------------
+    def poll(self) -> list[int]:
+        """Take what arrived from the parent, forward the newest version to free children.
+
+        Returns the versions of the messages taken in this call, in arrival order (the final
+        mark re-sending a version already held is not listed). Never blocks."""
+        got: list[int] = []
+        if self._inbox is not None:
+            p = self.parent
+            while (msg := self._inbox.poll(p)) is not None:
+                self._take(msg, got)
+                self._inbox.release(p)
+        self._pump()
+        return got
+
+    def latest(self) -> tuple[np.ndarray, int] | None:
+        """(payload bytes, version) of the newest version held, or None before the first.
+
+        The array is a view, valid until the next :meth:`poll` or :meth:`publish`."""
+        if self.seq == 0:
+            return None
+        return self._latest["payload"], int(self._latest["version"])
+
+    def latest_message(self) -> tuple[Message, int] | None:
+        """As :meth:`latest`, the payload as a Message of the schema given at construction."""
+        if self.schema is None:
+            raise RuntimeError("constructed with a byte count: use latest()")
+        got = self.latest()
+        return None if got is None else (Message(self.schema, got[0]), got[1])
+
+    def idle(self) -> bool:
+        """The final version is here (root: closed) and every send to the children completed."""
+        if not self.final or self._stale:
+            return False
+        return all(r is None or r.test() for r in self._req.values())
+
+    def finish(self, timeout_s: float | None = None,
+               on_poll: Callable[[], None] | None = None) -> None:
+        """Close (root), then poll until :meth:`idle`; raises PeerTimeout naming the peer."""
+        self.close()
+        _run_until_idle(self, timeout_s, on_poll)
+
+    @property
+    def age_mean(self) -> float:
+        return self.age_sum / self.age_count if self.age_count else 0.0
+
+    @property
+    def age_s_mean(self) -> float:
+        return self.age_s_sum / self.age_count if self.age_count else 0.0
+
+    def stats(self) -> dict[str, float | int]:
+        return {
+            "msgs_sent": self.msgs_sent, "msgs_received": self.msgs_received,
+            "versions_received": self.versions_received, "skipped": self.skipped,
+            "out_of_order": self.out_of_order, "age_count": self.age_count,
+            "age_mean": self.age_mean, "age_max": self.age_max, "age_inexact": self.age_inexact,
+            "age_s_mean": self.age_s_mean, "age_s_max": self.age_s_max,
+        }
+
+    # -- internals ----------------------------------------------------------------------------
+    def _take(self, msg: Message, got: list[int]) -> None:
+        t_recv = time.time()
+        self.msgs_received += 1
+        seq, version, final = int(msg["seq"]), int(msg["version"]), bool(msg["final"])
+        if seq > self.seq:
+            got.append(version)
+            self.versions_received += 1
+            self.skipped += seq - self.seq - 1
+            self._latest.copy_from(msg)
+            self.seq = seq
+            self._stale = set(self.children)
+            self._learn(msg)
+            self._pending.append((seq, version, t_recv, float(msg["hist_t"][0])))
+        elif seq == self.seq and final and not self.final:
+            self._latest["final"][...] = 1
+            self._stale = set(self.children)
+        else:
+            got.append(version)
+            self.out_of_order += 1
+        if final and not self.final and seq >= self.seq:
+            self.final = True
+        self._settle()
+
+    def _learn(self, msg: Message) -> None:
+        seq = int(msg["seq"])
+        for i, (v, t) in enumerate(zip(msg["hist_version"].tolist(), msg["hist_t"].tolist(),
+                                       strict=True)):
+            if seq - i < 1 or v < 0:
+                break
+            self._known[seq - i] = (v, t)
+
+    def _settle(self) -> None:
+        """Settle the open receipts for which a later publication (or the final) is known."""
+        if not self._pending:
+            return
+        keys = sorted(self._known)
+        still: deque[tuple[int, int, float, float]] = deque()
+        for seq_x, ver_x, t_r, t_pub in self._pending:
+            later = [s for s in keys if s > seq_x]
+            star = next((s for s in later if self._known[s][1] > t_r), None)
+            if star is None and not self.final:
+                still.append((seq_x, ver_x, t_r, t_pub))
+                continue
+            before = [s for s in later if star is None or s < star]  # published by t_r
+            a = before[-1] if before else seq_x
+            ver_a = self._known[a][0] if before else ver_x
+            if star is None:  # final: nothing was published after the last known publication
+                exact, ver_hi = True, ver_a
+            else:
+                exact = a + 1 == star
+                ver_hi = ver_a if exact else self._known[star][0] - 1
+            self._record(seq_x, ver_x, t_r, ver_a - ver_x, ver_hi - ver_x, exact, t_r - t_pub)
+        self._pending = still
+        low = still[0][0] if still else self.seq
+        for s in [s for s in keys if s < low]:
+            del self._known[s]
+
+    def _record(self, seq: int, version: int, t_r: float, age: int, age_hi: int, exact: bool,
+                age_s: float) -> None:
+        self.age_count += 1
+        self.age_sum += age
+        self.age_max = max(self.age_max, age)
+        self.age_inexact += not exact
+        self.age_s_sum += age_s
+        self.age_s_max = max(self.age_s_max, age_s)
+        if self.record:
+            self.receipts.append(Receipt(seq, version, t_r, age, age_hi, exact, age_s))
+
+    def _pump(self) -> None:
+        if not self._stale:
+            return
+        for c in self.children:
+            if c not in self._stale:
+                continue
+            req = self._req[c]
+            if req is not None and not req.test():
+                continue
+            self._buf[c].copy_from(self._latest)
+            self._req[c] = self.transport.isend(self._buf[c].buffer, c, self.tag,
+                                                "async tree broadcast version")
+            self.msgs_sent += 1
+            self.sent_to[c] += 1
+            self._stale.discard(c)
+
+    def _stuck(self, waited_s: float) -> PeerTimeout:
+        if not self.final and self.parent is not None:
+            return PeerTimeout(self.rank, self.parent, "the final version (async tree broadcast)",
+                               waited_s)
+        for c in self.children:
+            if c in self._stale or not (self._req[c] is None or self._req[c].test()):
+                return PeerTimeout(self.rank, c, "the final version (async tree broadcast)",
+                                   waited_s, "to")
+        return PeerTimeout(self.rank, "?", "async tree broadcast", waited_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reduce to the root
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Contribution:
+    """One item delivered at the root by :meth:`AsyncTreeReduce.drain`.
+
+    ``payload``: the contributed bytes (a copy; ``.view(dtype)`` to read). ``age``: the root's
+    ``clock`` when the item reached the root minus ``round`` (same units as rounds: by default
+    the root's own latest round; an owner may set ``clock``, e.g. to the learner's version when
+    rounds are the parameter versions the contributions were computed with — then age is the
+    staleness). ``age_s``: seconds from :meth:`~AsyncTreeReduce.contribute` to arrival.
+    """
+
+    origin: int
+    round: int
+    payload: np.ndarray
+    age: int
+    age_s: float
+
+
+class AsyncTreeReduce:
+    """Reduce-to-root of individually tagged contributions up the k-nomial tree, non-blocking.
+
+    Each rank calls :meth:`contribute` (``payload``: a Schema or a byte count) at its own pace;
+    items queue locally and :meth:`poll` moves them: it takes what the children sent (into
+    ``depth`` posted receives per child) and, if the previous send to the parent completed,
+    sends up to ``capacity`` queued items — the rank's own and its subtree's, oldest first — in
+    one message tagged per item with (origin, round). What does not fit, or arrives while a send
+    is in flight, waits for a later message (counted in ``held_back``); nothing is dropped,
+    combined or sent twice, so the root gets every contribution exactly once. The root collects
+    arrivals with :meth:`drain`. A message holds ``capacity`` payloads: keep
+    ``capacity × nbytes`` modest for large contributions.
+    """
+
+    def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
+                 tag: int = 320, *, capacity: int = 8, depth: int = 2) -> None:
+        self.transport, self.tag = transport, int(tag)
+        self.rank, self.size = transport.rank, transport.world_size
+        self.root, self.fanout = root, check_fanout(fanout)
+        self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
+        self.nbytes = _payload_nbytes(payload)
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
+                or capacity < 1 or depth < 1:
+            raise ValueError(f"capacity and depth must be integers >= 1, got {capacity!r}, "
+                             f"{depth!r}")
+        self.capacity = int(capacity)
+        self.wire = Schema("async_tree_reduce", [
+            ("count", np.int64, ()), ("done", np.int64, ()),
+            ("origin", np.int64, (self.capacity,)), ("round", np.int64, (self.capacity,)),
+            ("t", np.float64, (self.capacity,)),
+            ("payload", np.uint8, (self.capacity, self.nbytes)),
+        ])
+        self._inbox = Inbox(transport, self.wire, self.children, self.tag, depth,
+                            "async tree reduce items") if self.children else None
+        self._queue: deque[tuple[int, int, float, np.ndarray]] = deque()
+        self._buf = self.wire.new()
+        self._req: Request | None = None
+        self._done_sent = False  # the message marked done has been started
+        self.closed = False
+        self.children_done: set[int] = set()
+        self._delivered: list[Contribution] = []
+        self.clock = -1  # root: see Contribution.age
+        # statistics
+        self.msgs_sent = 0
+        self.msgs_received = 0
+        self.items_sent = 0
+        self.items_received = 0
+        self.packed = 0  # messages carrying more than one item
+        self.mixed = 0  # messages carrying items of more than one origin
+        self.max_count = 0
+        self.held_back = 0  # sends that left items behind because the capacity was full
+        self.delivered = 0
+        self.age_sum = 0
+        self.age_max: int | None = None
+        self.age_s_sum = 0.0
+        self.age_s_max = 0.0
+
+    def __repr__(self) -> str:
+        return (f"AsyncTreeReduce(rank={self.rank}, root={self.root}, fanout={self.fanout}, "
+                f"parent={self.parent}, children={self.children}, queued={len(self._queue)})")
+
+    def contribute(self, data: np.ndarray | Message, round: int) -> None:
+        """Queue this rank's item for ``round`` (sent by a later :meth:`poll`; at the root it is
+        delivered at once). The payload is copied."""
+        if self.closed:
+            raise RuntimeError("contribute after close()")
+        payload = _as_bytes(data, self.nbytes, "contribute").copy()
+        now = time.time()
+        if self.rank == self.root:
+            self.clock = max(self.clock, int(round))
+            self._deliver(self.rank, int(round), now, payload)
+        else:
+            self._queue.append((self.rank, int(round), now, payload))
+
+    def close(self) -> None:
+        """No more contributions from this rank; its subtree's *done* follows once complete."""
+        self.closed = True
+
+    def poll(self) -> int:
+        """Take the children's messages, send queued items to the parent if the link is free.
+        Returns the number of items taken from children. Never blocks."""
+        n = 0
+        if self._inbox is not None:
+            for c in self.children:
+                while (msg := self._inbox.poll(c)) is not None:
+                    n += self._take(c, msg)
+                    self._inbox.release(c)
+        if self.parent is not None:
+            self._send()
+        return n
+
+    def drain(self) -> list[Contribution]:
+        """Poll, then hand over the contributions that reached the root since the last drain
+        (at other ranks: poll, return [])."""
+        self.poll()
+        out, self._delivered = self._delivered, []
+        return out
+
+    def backlog(self) -> int:
+        """Items queued here, not yet sent to the parent."""
+        return len(self._queue)
+
+    def idle(self) -> bool:
+        """Closed, every child done, nothing queued, and (non-root) the done message sent and
+        complete: nothing more will travel on this tag to or from this rank."""
+        if not self.closed or len(self.children_done) < len(self.children):
+            return False
+        if self.parent is None:
+            return True
+        return self._done_sent and (self._req is None or self._req.test())
+
+    def finish(self, timeout_s: float | None = None,
+               on_poll: Callable[[], None] | None = None) -> None:
+        """Close, then poll until :meth:`idle` (the root keeps its arrivals for :meth:`drain`);
+        raises PeerTimeout naming the peer it waits for."""
+        self.close()
+        _run_until_idle(self, timeout_s, on_poll)
+
+    @property
+    def age_mean(self) -> float:
+        return self.age_sum / self.delivered if self.delivered else 0.0
+
+    @property
+    def age_s_mean(self) -> float:
+        return self.age_s_sum / self.delivered if self.delivered else 0.0
+
+    def stats(self) -> dict[str, float | int | None]:
+        return {
+            "msgs_sent": self.msgs_sent, "msgs_received": self.msgs_received,
+            "items_sent": self.items_sent, "items_received": self.items_received,
+            "packed": self.packed, "mixed": self.mixed, "max_count": self.max_count,
+            "held_back": self.held_back, "delivered": self.delivered,
+            "age_mean": self.age_mean, "age_max": self.age_max,
+            "age_s_mean": self.age_s_mean, "age_s_max": self.age_s_max,
+        }
+
+    # -- internals ----------------------------------------------------------------------------
+    def _take(self, child: int, msg: Message) -> int:
+        if child in self.children_done:
+            raise CommError(f"rank {self.rank}: async tree reduce: rank {child} sent a message "
+                            f"after its done mark")
+        k = int(msg["count"])
+        if not 0 <= k <= self.capacity:
+            raise CommError(f"rank {self.rank}: async tree reduce: rank {child} sent count {k} "
+                            f"(capacity {self.capacity})")
+        self.msgs_received += 1
+        self.items_received += k
+        origins, rounds, ts = msg["origin"].tolist(), msg["round"].tolist(), msg["t"].tolist()
+        for i in range(k):
+            item = (origins[i], rounds[i], ts[i], msg["payload"][i].copy())
+            if self.parent is None:
+                self._deliver(*item)
+            else:
+                self._queue.append(item)
+        if msg["done"]:
+            self.children_done.add(child)
+        return k
+
+    def _deliver(self, origin: int, round_: int, t: float, payload: np.ndarray) -> None:
+        age, age_s = self.clock - round_, time.time() - t
+        self._delivered.append(Contribution(origin, round_, payload, age, age_s))
+        self.delivered += 1
+        self.age_sum += age
+        self.age_max = age if self.age_max is None else max(self.age_max, age)
+        self.age_s_sum += age_s
+        self.age_s_max = max(self.age_s_max, age_s)
+
+    def _send(self) -> None:
+        if self._req is not None:
+            if not self._req.test():
+                return
+            self._req = None
+        if self._done_sent:
+            return
+        subtree_done = self.closed and len(self.children_done) == len(self.children)
+        if not self._queue and not subtree_done:
+            return
+        k = min(self.capacity, len(self._queue))
+        if len(self._queue) > k:
+            self.held_back += 1
+        buf = self._buf
+        origins = set()
+        for i in range(k):
+            origin, round_, t, payload = self._queue.popleft()
+            buf["origin"][i], buf["round"][i], buf["t"][i] = origin, round_, t
+            buf["payload"][i] = payload
+            origins.add(origin)
+        buf["count"][...] = k
+        done = subtree_done and not self._queue
+        buf["done"][...] = int(done)
+        self._req = self.transport.isend(buf.buffer, self.parent, self.tag,
+                                         "async tree reduce items")
+        self._done_sent = done
+        self.msgs_sent += 1
+        self.items_sent += k
+        self.packed += k > 1
+        self.mixed += len(origins) > 1
+        self.max_count = max(self.max_count, k)
+
+    def _stuck(self, waited_s: float) -> PeerTimeout:
+        for c in self.children:
+            if c not in self.children_done:
+                return PeerTimeout(self.rank, c, "the done mark (async tree reduce)", waited_s)
+        return PeerTimeout(self.rank, self.parent if self.parent is not None else "?",
+                           "the done mark (async tree reduce)", waited_s, "to")

@@ -1,0 +1,69 @@
+"""Gorila end to end: PS shards, one replay, learners and actors as separate ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.mp import describe, run_mpi
+from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed
+
+SMOKE = ["--total-steps", "30000", "--quiet", "--seed", "1", "--log-interval", "0.5",
+         "--learning-starts", "1000"]
+
+
+def check(d: Path, backend: str, world: int, shards: int, learners: int) -> dict:
+    s = load_run(d)
+    assert (s["arch"], s["backend"], s["world_size"]) == ("gorila", backend, world)
+    assert s["env_steps"] >= 30000 and s["learner_updates"] > 20
+    best = max(s["eval_mean_return"] or 0.0, s["final_mean_return"] or 0.0)
+    assert best > RANDOM_RETURN + 10
+    if world > 1:
+        assert s["ps_shards"] == shards and s["learners"] == learners
+        assert s["replay"]["inserted"] > 0 and s["replay"]["sampled"] > 0
+        for st in s["ps"].values():  # async server: applied = pushed - dropped
+            assert st["applied"] == st["pushed"] - st["dropped_stale"]
+        assert len([r for r in s["time_breakdown_s"] if r.startswith("learner")]) == learners
+    return s
+
+
+@pytest.mark.parametrize("extra,world,shards,learners", [
+    (["--actors", "2"], 5, 1, 1),
+    (["--actors", "1", "--ps-shards", "2", "--learners", "2"], 6, 2, 2),
+])
+def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int,
+                       learners: int) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "gorila", *extra, "--run-dir", str(d), *SMOKE, timeout=240)
+    assert r.returncode == 0, r.stderr
+    check(d, "gloo", world, shards, learners)
+
+
+def test_mpiexec(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    job = run_mpi(5, ["-m", "archzoo", "run", "gorila", "--run-dir", str(d), *SMOKE],
+                  timeout_s=240)
+    assert job.returncode == 0, describe(job)
+    check(d, "mpi", 5, 1, 1)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--staleness", "-2"], "--staleness"),
+    (["--learners", "0"], "--learners"),
+    (["--topology", "ring"], "cannot use --topology ring"),
+])
+def test_bad_input(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(["run", "gorila", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+@pytest.mark.slow
+def test_gorila_solves_cartpole_greedy(tmp_path: Path) -> None:
+    s = solve_either_seed("gorila", ["--env", "CartPole-v1", "--target-return", "475",
+                                     "--actors", "2", "--total-steps", "1500000",
+                                     "--time-limit", "200"], tmp_path)
+    assert s["eval_mean_return"] >= 475 and s["stop_reason"] == "target"
