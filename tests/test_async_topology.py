@@ -1,0 +1,134 @@
+"""Tests of archzoo.topology.async_tree (DESIGN.md Topology, seed 004 §12.2–12.3): the
+asynchronous tree broadcast and reduce on the real engines (tests/async_topology_cases.py under
+gloo for N = 3, 5, 8 and MPI for N = 5, 8, fan-out 2 and 3), and single-process checks of the
+tree links, a one-rank world and argument validation.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from archzoo.topology.async_tree import (
+    AsyncTreeBroadcast,
+    AsyncTreeReduce,
+    tree_depth,
+    tree_links,
+)
+from archzoo.topology.base import ceil_log
+from archzoo.topology.counts import tree_broadcast_counts
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import async_topology_cases as cases  # noqa: E402  (tests/ is on the path only from here on)
+import mp  # noqa: E402
+
+LAUNCH_TIMEOUT_S = 120
+
+
+def _check(ranks, n: int) -> None:
+    report = mp.describe(ranks)
+    assert len(ranks) == n
+    for r in ranks:
+        assert not r.timed_out and r.returncode == 0, report
+        assert "FAIL" not in r.output and "ABORT" not in r.output, report
+        assert re.search(rf"^\[rank {r.rank}\] OK validation", r.output, re.M), report
+        for m, which in cases.CASES:
+            root = 0 if which == "first" else n - 1
+            for kind in ("broadcast", "reduce"):
+                assert re.search(rf"^\[rank {r.rank}\] OK {kind} m={m} root={root} N={n}:",
+                                 r.output, re.M), f"rank {r.rank}: {kind} m={m}\n{report}"
+        assert re.search(rf"^\[rank {r.rank}\] DONE 0 failures", r.output, re.M), report
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+def test_async_tree_gloo(n):
+    ranks = mp.run_gloo(n, [str(HERE / "async_topology_cases.py"), "gloo"],
+                        timeout_s=LAUNCH_TIMEOUT_S, fail_fast_s=10)
+    _check(ranks, n)
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_async_tree_mpi(n):
+    job = mp.run_mpi(n, [str(HERE / "async_topology_cases.py"), "mpi"],
+                     timeout_s=LAUNCH_TIMEOUT_S)
+    assert job.returncode == 0, mp.describe(job)
+    _check(job, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Single process
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m", [2, 3, 4, 5])
+def test_tree_links_is_the_knomial_tree(m):
+    """Parents and children agree, every rank reaches the root, and the tree is the one the
+    synchronous schedule uses (a rank's children count = its messages in the tree broadcast)."""
+    for n in range(1, 34):
+        for root in (0, n // 2, n - 1):
+            links = {r: tree_links(r, n, root, m) for r in range(n)}
+            assert links[root][0] is None
+            for r, (parent, kids) in links.items():
+                v = (r - root) % n
+                assert len(kids) == tree_broadcast_counts(v, n, m)[0]
+                for c in kids:
+                    assert links[c][0] == r
+                if r != root:
+                    assert r in links[parent][1]
+                    assert tree_depth(r, n, root, m) == tree_depth(parent, n, root, m) + 1
+                assert tree_depth(r, n, root, m) <= ceil_log(n, m)
+            assert sum(len(k) for _, k in links.values()) == n - 1
+
+
+def _solo():
+    return SimpleNamespace(rank=0, world_size=1, timeout_s=1.0, spin_s=0.0, wait_s=0.0,
+                           idle=lambda s: None)
+
+
+def test_one_rank_world():
+    t = _solo()
+    bc = AsyncTreeBroadcast(t, 16, 0, 2, 1)
+    assert bc.latest() is None and not bc.idle()
+    bc.publish(np.arange(2, dtype=np.float64), 5)
+    arr, ver = bc.latest()
+    assert ver == 5 and np.array_equal(arr.view(np.float64), [0, 1])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        bc.publish(np.zeros(2), 5)
+    bc.finish()
+    assert bc.idle()
+    with pytest.raises(RuntimeError, match="after close"):
+        bc.publish(np.zeros(2), 6)
+
+    rd = AsyncTreeReduce(t, 8, 0, 3, 2, capacity=2)
+    for r in range(3):
+        rd.contribute(np.array([r * 1.5]), r)
+    rd.finish()
+    got = rd.drain()
+    assert [(c.origin, c.round, c.payload.view(np.float64)[0], c.age) for c in got] == [
+        (0, 0, 0.0, 0), (0, 1, 1.5, 0), (0, 2, 3.0, 0)]
+    assert rd.idle() and rd.drain() == []
+    with pytest.raises(RuntimeError, match="after close"):
+        rd.contribute(np.zeros(1), 3)
+
+
+def test_validation():
+    t = _solo()
+    with pytest.raises(ValueError, match="root"):
+        AsyncTreeBroadcast(t, 8, 1, 2, 1)
+    with pytest.raises(ValueError, match="fanout"):
+        AsyncTreeReduce(t, 8, 0, 1, 1)
+    with pytest.raises(ValueError, match="capacity"):
+        AsyncTreeReduce(t, 8, 0, 2, 1, capacity=0)
+    with pytest.raises(ValueError, match="payload"):
+        AsyncTreeReduce(t, -1, 0, 2, 1)
+    with pytest.raises(ValueError, match="bytes"):
+        AsyncTreeReduce(t, 8, 0, 2, 1).contribute(np.zeros(2), 0)
+    with pytest.raises(ValueError, match="bytes"):
+        AsyncTreeBroadcast(t, 8, 0, 2, 1).publish(np.zeros(2), 0)
+    with pytest.raises(RuntimeError, match="byte count"):
+        AsyncTreeBroadcast(t, 8, 0, 2, 1).latest_message()
