@@ -29,12 +29,12 @@ from archzoo.architectures.common import (
     TAG_CONTROL,
     LeafControl,
     RankContext,
-    absorb_stats,
     finish_leaf,
     finish_root,
     handshake_leaf,
     handshake_root,
     run_summary,
+    serve_and_monitor,
     stats_message,
 )
 from archzoo.comm import ControlChannel
@@ -213,16 +213,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
     handshake_root(control, leaves, digests, cfg.startup_timeout)
     run_dir = RunDir(cfg.run_dir, vars(cfg))
     mon = _monitor(ctx, run_dir)
-    stop = None
-    while stop is None:
-        if not shard.serve():
-            t.idle(2e-4)
-        for _, msg in control.poll():
-            absorb_stats(mon, msg, shard.version)
-        mon.updates = shard.version
-        c = t.counters.totals()
-        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-        stop = mon.check_stop()
+    stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
     byes = finish_root(ctx, control, leaves, drain=shard.serve,
                        outstanding=lambda: shard.run())
     c = t.counters.totals()

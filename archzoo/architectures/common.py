@@ -76,6 +76,24 @@ def absorb_stats(mon: Any, msg: dict[str, Any], version: int) -> bool:
     return True
 
 
+def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Any,
+                      serve: Callable[[], bool], version: Callable[[], int]) -> str:
+    """Rank 0 as a server (a parameter-server shard) that also keeps the learning curve:
+    serve, absorb the leaves' stats, log, until the Monitor says stop; returns why."""
+    t = ctx.transport
+    stop = None
+    while stop is None:
+        if not serve():
+            t.idle(2e-4)
+        for _, msg in control.poll():
+            absorb_stats(mon, msg, version())
+        mon.updates = version()
+        c = t.counters.totals()
+        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
+        stop = mon.check_stop()
+    return stop
+
+
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     """Raised inside a leaf's wait when the root's STOP arrives."""
 

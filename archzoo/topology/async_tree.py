@@ -6,9 +6,17 @@ the parent of v > 0 is ``v − v mod m^(L+1)`` with L the position of v's lowest
 digit, and v's children are ``v + j·m^k < N`` for k < L, j = 1..m−1 (:func:`tree_links`) — but
 without the synchronous schedule: every rank drives its part from its own loop by calling
 ``poll()`` (like :meth:`StarPublisher.pump <archzoo.topology.star.StarPublisher.pump>`), which
-never blocks. Receives stay posted (:class:`~archzoo.comm.inbox.Inbox`: gloo is a rendezvous),
-at most one send is in flight per edge and direction, and a rank never waits for a peer except
-in :meth:`finish`, whose deadline names the peer.
+never blocks. Receives stay posted (:class:`~archzoo.comm.inbox.Inbox`: gloo is a rendezvous)
+and a rank never waits for a peer except in :meth:`finish`, whose deadline names the peer.
+
+Flow control: one data message per tree edge is outstanding at a time. The receiver answers
+each data message it takes with a small cumulative *ack* on the same tag (the reverse
+direction of an edge carries only acks), and the sender sends the next data message only once
+the previous one is acknowledged and its send completed. Without this, MPI's eager protocol
+would complete every small send at once and a slow rank would queue every version in MPI's
+unexpected-message buffers instead of skipping them; with it, both engines behave alike: a
+slow broadcast subtree skips versions, and reduce items wait in the sender's queue, where
+they get packed. Ack messages are counted apart (``acks_sent``), never as data messages.
 
 :class:`AsyncTreeBroadcast` — the root publishes versions (IMPALA's parameters) at its own pace;
 a relay forwards the newest version it holds to each child whose previous send completed, so a
@@ -32,8 +40,8 @@ flight that would hang ``MPI_Finalize``):
    last message to its parent carries *done*.
 2. Every rank keeps calling ``poll()`` from its loop until :meth:`idle` is True, or calls
    :meth:`finish` (close, then poll until idle, with a deadline naming the peer it waits for).
-   ``idle()`` means: nothing more will arrive on this tag (final/done received) and every send
-   this rank started has completed. Dependencies run one way (broadcast: parent → child;
+   ``idle()`` means: nothing more will arrive on this tag (final/done received and every data
+   message this rank sent acknowledged) and every send this rank started has completed. Dependencies run one way (broadcast: parent → child;
    reduce: child → parent) and the peer a rank waits for is itself polling until idle, so every
    rank gets there.
 3. ``transport.barrier()``; then MPI ranks call ``transport.shutdown()`` (which withdraws the
@@ -133,6 +141,80 @@ def _run_until_idle(obj: AsyncTreeBroadcast | AsyncTreeReduce, timeout_s: float 
         t.wait_s += time.perf_counter() - t0
 
 
+ACK = Schema("async_tree_ack", [("taken", np.int64, ())])
+
+
+class _Sender:
+    """The sending side of one tree edge: one data message outstanding. The next may go once
+    the receiver acknowledged taking the previous one and the send completed."""
+
+    __slots__ = ("transport", "peer", "tag", "what", "buf", "req", "sent", "acked")
+
+    def __init__(self, transport: Transport, schema: Schema, peer: int, tag: int,
+                 what: str) -> None:
+        self.transport, self.peer, self.tag, self.what = transport, peer, tag, what
+        self.buf = schema.new()
+        self.req: Request | None = None
+        self.sent = 0  # data messages sent
+        self.acked = 0  # data messages the receiver has taken (its last ack)
+
+    def free(self) -> bool:
+        if self.acked < self.sent:
+            return False
+        if self.req is not None:
+            if not self.req.test():
+                return False
+            self.req = None
+        return True
+
+    def send(self) -> None:
+        self.req = self.transport.isend(self.buf.buffer, self.peer, self.tag, self.what)
+        self.sent += 1
+
+
+class _Acker:
+    """The receiving side of one tree edge: counts the data messages taken and tells the
+    sender with cumulative acks, one in flight at a time."""
+
+    __slots__ = ("transport", "peer", "tag", "buf", "req", "taken", "told", "sent")
+
+    def __init__(self, transport: Transport, peer: int, tag: int) -> None:
+        self.transport, self.peer, self.tag = transport, peer, tag
+        self.buf = ACK.new()
+        self.req: Request | None = None
+        self.taken = 0
+        self.told = 0  # the count in the last ack sent
+        self.sent = 0  # ack messages sent
+
+    def pump(self) -> None:
+        if self.told == self.taken:
+            return
+        if self.req is not None and not self.req.test():
+            return
+        self.buf["taken"][...] = self.taken
+        self.req = self.transport.isend(self.buf.buffer, self.peer, self.tag, "async tree ack")
+        self.told = self.taken
+        self.sent += 1
+
+    def settled(self) -> bool:
+        if self.told < self.taken:
+            return False
+        if self.req is not None:
+            if not self.req.test():
+                return False
+            self.req = None
+        return True
+
+
+def _take_acks(inbox: Inbox | None, senders: dict[int, _Sender]) -> None:
+    if inbox is None:
+        return
+    for p, snd in senders.items():
+        while (msg := inbox.poll(p)) is not None:
+            snd.acked = max(snd.acked, int(msg["taken"]))
+            inbox.release(p)
+
+
 # ---------------------------------------------------------------------------------------------
 # Broadcast
 # ---------------------------------------------------------------------------------------------
@@ -159,10 +241,11 @@ class AsyncTreeBroadcast:
 
     ``payload`` is a :class:`Schema` (e.g. :func:`~archzoo.topology.star.params_schema`) or a
     byte count. The root calls :meth:`publish` (``version`` strictly increasing, ≥ 0); every
-    rank calls :meth:`poll` from its loop, which takes what arrived from the parent (into
-    ``depth`` posted receives) and sends the newest version held to each child whose previous
-    send completed — one send in flight per child, each from its own buffer, so a slow child
-    (and its subtree) skips versions. :meth:`latest` is the newest version held.
+    rank calls :meth:`poll` from its loop, which takes what arrived from the parent and sends
+    the newest version held to each child that has taken (acknowledged) the previous one — one
+    version outstanding per child, each child with its own send buffer, so a slow child (and
+    its subtree) skips versions instead of queueing them. :meth:`latest` is the newest version
+    held. ``msgs_sent``/``msgs_received`` count data messages; ``acks_sent`` the acks.
 
     Ages. ``age = root version − received version at receipt`` needs the root's version at the
     moment a rank far down the tree takes a message, which it cannot see. So every message
@@ -176,16 +259,16 @@ class AsyncTreeBroadcast:
     """
 
     def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
-                 tag: int = 310, *, history: int = 64, depth: int = 2,
-                 record: bool = False) -> None:
+                 tag: int = 310, *, history: int = 64, record: bool = False) -> None:
         self.transport, self.tag = transport, int(tag)
         self.rank, self.size = transport.rank, transport.world_size
         self.root, self.fanout = root, check_fanout(fanout)
         self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
         self.schema = payload if isinstance(payload, Schema) else None
         self.nbytes = _payload_nbytes(payload)
-        if history < 1 or depth < 1:
-            raise ValueError(f"history and depth must be >= 1, got {history}, {depth}")
+        if isinstance(history, bool) or not isinstance(history, (int, np.integer)) \
+                or history < 1:
+            raise ValueError(f"history must be an integer >= 1, got {history!r}")
         self.history = int(history)
         self.wire = Schema("async_tree_broadcast", [
             ("payload", np.uint8, (self.nbytes,)), ("version", np.int64, ()),
@@ -198,11 +281,15 @@ class AsyncTreeBroadcast:
         self._latest["hist_t"][:] = np.nan
         self.seq = 0  # publication number of the version held (0: none)
         self.final = False  # the root closed: no version follows the one held
-        self._buf = {c: self.wire.new() for c in self.children}
-        self._req: dict[int, Request | None] = dict.fromkeys(self.children)
+        what = "async tree broadcast version"
+        self._down = {c: _Sender(transport, self.wire, c, self.tag, what) for c in self.children}
         self._stale: set[int] = set()
-        self._inbox = Inbox(transport, self.wire, [self.parent], self.tag, depth,
-                            "async tree broadcast version") if self.parent is not None else None
+        self._acks_in = Inbox(transport, ACK, self.children, self.tag, 1, "async tree ack") \
+            if self.children else None
+        self._inbox = Inbox(transport, self.wire, [self.parent], self.tag, 1, what) \
+            if self.parent is not None else None
+        self._acker = _Acker(transport, self.parent, self.tag) if self.parent is not None \
+            else None
         # statistics
         self.msgs_sent = 0
         self.msgs_received = 0
@@ -270,6 +357,9 @@ class AsyncTreeBroadcast:
             while (msg := self._inbox.poll(p)) is not None:
                 self._take(msg, got)
                 self._inbox.release(p)
+                self._acker.taken += 1
+            self._acker.pump()
+        _take_acks(self._acks_in, self._down)
         self._pump()
         return got
 
@@ -289,10 +379,13 @@ class AsyncTreeBroadcast:
         return None if got is None else (Message(self.schema, got[0]), got[1])
 
     def idle(self) -> bool:
-        """The final version is here (root: closed) and every send to the children completed."""
+        """The final version is here (root: closed), every child has taken it, and every send
+        (data and acks) completed."""
         if not self.final or self._stale:
             return False
-        return all(r is None or r.test() for r in self._req.values())
+        if self._acker is not None and not self._acker.settled():
+            return False
+        return all(snd.free() for snd in self._down.values())
 
     def finish(self, timeout_s: float | None = None,
                on_poll: Callable[[], None] | None = None) -> None:
@@ -308,9 +401,14 @@ class AsyncTreeBroadcast:
     def age_s_mean(self) -> float:
         return self.age_s_sum / self.age_count if self.age_count else 0.0
 
+    @property
+    def acks_sent(self) -> int:
+        return self._acker.sent if self._acker is not None else 0
+
     def stats(self) -> dict[str, float | int]:
         return {
             "msgs_sent": self.msgs_sent, "msgs_received": self.msgs_received,
+            "acks_sent": self.acks_sent,
             "versions_received": self.versions_received, "skipped": self.skipped,
             "out_of_order": self.out_of_order, "age_count": self.age_count,
             "age_mean": self.age_mean, "age_max": self.age_max, "age_inexact": self.age_inexact,
@@ -392,12 +490,11 @@ class AsyncTreeBroadcast:
         for c in self.children:
             if c not in self._stale:
                 continue
-            req = self._req[c]
-            if req is not None and not req.test():
+            snd = self._down[c]
+            if not snd.free():
                 continue
-            self._buf[c].copy_from(self._latest)
-            self._req[c] = self.transport.isend(self._buf[c].buffer, c, self.tag,
-                                                "async tree broadcast version")
+            snd.buf.copy_from(self._latest)
+            snd.send()
             self.msgs_sent += 1
             self.sent_to[c] += 1
             self._stale.discard(c)
@@ -406,8 +503,11 @@ class AsyncTreeBroadcast:
         if not self.final and self.parent is not None:
             return PeerTimeout(self.rank, self.parent, "the final version (async tree broadcast)",
                                waited_s)
+        if self._acker is not None and not self._acker.settled():
+            return PeerTimeout(self.rank, self.parent, "an ack (async tree broadcast)", waited_s,
+                               "to")
         for c in self.children:
-            if c in self._stale or not (self._req[c] is None or self._req[c].test()):
+            if c in self._stale or not self._down[c].free():
                 return PeerTimeout(self.rank, c, "the final version (async tree broadcast)",
                                    waited_s, "to")
         return PeerTimeout(self.rank, "?", "async tree broadcast", waited_s)
