@@ -20,7 +20,7 @@
 3. ``--solve``: median time to 475 on CartPole-v1, from the first env step, over ``--seeds``
    for A3C (async) and A2C (``--mode sync``), 2 actors, via ``solving.time_to_target``.
 
-    .venv/bin/python benchmarks/bench_paramserver.py                  # 1 and 2 (~2.5 min)
+    .venv/bin/python benchmarks/bench_paramserver.py                  # 1 and 2 (~2 min)
     .venv/bin/python benchmarks/bench_paramserver.py --backend gloo --no-fps
     .venv/bin/python benchmarks/bench_paramserver.py --no-ps --fps-seconds 30
     .venv/bin/python benchmarks/bench_paramserver.py --no-ps --no-fps --solve --seeds 0 1 2

@@ -17,8 +17,8 @@ For (fanout, root) in ((2, 0), (3, N−1)):
   close, poll until idle, barrier. Checks at the root: every (origin, round) exactly once, with
   its payload, and an age for each. All ranks (all-reduced): items sent = R·Σ depth(v) (each
   item crosses each hop once), messages received = messages sent, fewer messages than
-  contributions, some messages packed several items, some mixed several origins (where a relay exists), some
-  sends held items back (capacity overflow), and nothing left queued.
+  contributions, some messages packed several items, some mixed several origins (where a
+  relay exists), some sends held items back (capacity overflow), and nothing left queued.
 
 Prints ``[rank r] OK <case> ...`` or ``FAIL`` lines, then ``DONE``; exit 1 on any failure, and
 an error (a deadline passed) aborts the run.

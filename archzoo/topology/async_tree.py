@@ -19,16 +19,16 @@ slow broadcast subtree skips versions, and reduce items wait in the sender's que
 they get packed. Ack messages are counted apart (``acks_sent``), never as data messages.
 
 :class:`AsyncTreeBroadcast` — the root publishes versions (IMPALA's parameters) at its own pace;
-a relay forwards the newest version it holds to each child whose previous send completed, so a
-slow subtree skips versions instead of queueing them (latest-wins, as StarPublisher does for the
+a relay forwards the newest version it holds to each child that has taken the previous one, so
+a slow subtree skips versions instead of queueing them (latest-wins, as StarPublisher does for the
 star). Per rank: messages sent/received, versions received and skipped, and the *age* of each
 version at receipt, ``root version − received version`` (see the class for how a rank that
 cannot see the root learns the root's version at that moment).
 
 :class:`AsyncTreeReduce` — every rank contributes items ``(origin, round, payload)`` at its own
 pace; a parent forwards what its subtree delivered, packing up to ``capacity`` items into one
-message (fixed capacity + count field); what does not fit, or arrives while the previous send to
-the parent is still in flight, goes in a later message. Nothing is combined, dropped or
+message (fixed capacity + count field); what does not fit, or arrives while the previous message
+to the parent is still outstanding, goes in a later message. Nothing is combined, dropped or
 duplicated, so the root receives each contribution exactly once.
 
 Shutdown protocol (both classes; the owner follows it so that a finished run leaves nothing in
@@ -40,10 +40,11 @@ flight that would hang ``MPI_Finalize``):
    last message to its parent carries *done*.
 2. Every rank keeps calling ``poll()`` from its loop until :meth:`idle` is True, or calls
    :meth:`finish` (close, then poll until idle, with a deadline naming the peer it waits for).
-   ``idle()`` means: nothing more will arrive on this tag (final/done received and every data
-   message this rank sent acknowledged) and every send this rank started has completed. Dependencies run one way (broadcast: parent → child;
-   reduce: child → parent) and the peer a rank waits for is itself polling until idle, so every
-   rank gets there.
+   ``idle()`` means: nothing more will arrive on this tag (final/done received, every data
+   message this rank sent acknowledged, every one it took acknowledged) and every send it
+   started has completed. Data flows one way (broadcast: parent → child; reduce: child →
+   parent), acks the other, and the peer a rank waits for is itself polling until idle, so
+   every rank gets there.
 3. ``transport.barrier()``; then MPI ranks call ``transport.shutdown()`` (which withdraws the
    receives the Inbox still has posted — no send can match them any more) and gloo ranks leave
    with ``os._exit`` (gloo cannot withdraw posted receives).
@@ -538,27 +539,27 @@ class AsyncTreeReduce:
     """Reduce-to-root of individually tagged contributions up the k-nomial tree, non-blocking.
 
     Each rank calls :meth:`contribute` (``payload``: a Schema or a byte count) at its own pace;
-    items queue locally and :meth:`poll` moves them: it takes what the children sent (into
-    ``depth`` posted receives per child) and, if the previous send to the parent completed,
-    sends up to ``capacity`` queued items — the rank's own and its subtree's, oldest first — in
-    one message tagged per item with (origin, round). What does not fit, or arrives while a send
-    is in flight, waits for a later message (counted in ``held_back``); nothing is dropped,
-    combined or sent twice, so the root gets every contribution exactly once. The root collects
-    arrivals with :meth:`drain`. A message holds ``capacity`` payloads: keep
-    ``capacity × nbytes`` modest for large contributions.
+    items queue locally and :meth:`poll` moves them: it takes what the children sent and, once
+    the parent has taken (acknowledged) the previous message, sends up to ``capacity`` queued
+    items — the rank's own and its subtree's, oldest first — in one message tagged per item with
+    (origin, round). What does not fit, or arrives while a message is outstanding, waits for a
+    later message (a send that leaves items behind counts in ``held_back``); nothing is
+    dropped, combined or sent twice, so the root gets every contribution exactly once. The root
+    collects arrivals with :meth:`drain`. A message holds ``capacity`` payloads: keep
+    ``capacity × nbytes`` modest for large contributions. ``msgs_sent``/``msgs_received`` count
+    data messages; ``acks_sent`` the acks.
     """
 
     def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
-                 tag: int = 320, *, capacity: int = 8, depth: int = 2) -> None:
+                 tag: int = 320, *, capacity: int = 8) -> None:
         self.transport, self.tag = transport, int(tag)
         self.rank, self.size = transport.rank, transport.world_size
         self.root, self.fanout = root, check_fanout(fanout)
         self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
         self.nbytes = _payload_nbytes(payload)
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
-                or capacity < 1 or depth < 1:
-            raise ValueError(f"capacity and depth must be integers >= 1, got {capacity!r}, "
-                             f"{depth!r}")
+                or capacity < 1:
+            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
         self.capacity = int(capacity)
         self.wire = Schema("async_tree_reduce", [
             ("count", np.int64, ()), ("done", np.int64, ()),
@@ -566,11 +567,15 @@ class AsyncTreeReduce:
             ("t", np.float64, (self.capacity,)),
             ("payload", np.uint8, (self.capacity, self.nbytes)),
         ])
-        self._inbox = Inbox(transport, self.wire, self.children, self.tag, depth,
-                            "async tree reduce items") if self.children else None
+        what = "async tree reduce items"
+        self._inbox = Inbox(transport, self.wire, self.children, self.tag, 1, what) \
+            if self.children else None
+        self._ackers = {c: _Acker(transport, c, self.tag) for c in self.children}
         self._queue: deque[tuple[int, int, float, np.ndarray]] = deque()
-        self._buf = self.wire.new()
-        self._req: Request | None = None
+        self._up = {self.parent: _Sender(transport, self.wire, self.parent, self.tag, what)} \
+            if self.parent is not None else {}
+        self._acks_in = Inbox(transport, ACK, [self.parent], self.tag, 1, "async tree ack") \
+            if self.parent is not None else None
         self._done_sent = False  # the message marked done has been started
         self.closed = False
         self.children_done: set[int] = set()
@@ -621,7 +626,10 @@ class AsyncTreeReduce:
                 while (msg := self._inbox.poll(c)) is not None:
                     n += self._take(c, msg)
                     self._inbox.release(c)
+                    self._ackers[c].taken += 1
+                self._ackers[c].pump()
         if self.parent is not None:
+            _take_acks(self._acks_in, self._up)
             self._send()
         return n
 
@@ -637,13 +645,15 @@ class AsyncTreeReduce:
         return len(self._queue)
 
     def idle(self) -> bool:
-        """Closed, every child done, nothing queued, and (non-root) the done message sent and
-        complete: nothing more will travel on this tag to or from this rank."""
+        """Closed, every child done and acknowledged, and (non-root) the done message sent and
+        acknowledged: nothing more will travel on this tag to or from this rank."""
         if not self.closed or len(self.children_done) < len(self.children):
+            return False
+        if not all(a.settled() for a in self._ackers.values()):
             return False
         if self.parent is None:
             return True
-        return self._done_sent and (self._req is None or self._req.test())
+        return self._done_sent and self._up[self.parent].free()
 
     def finish(self, timeout_s: float | None = None,
                on_poll: Callable[[], None] | None = None) -> None:
@@ -660,9 +670,14 @@ class AsyncTreeReduce:
     def age_s_mean(self) -> float:
         return self.age_s_sum / self.delivered if self.delivered else 0.0
 
+    @property
+    def acks_sent(self) -> int:
+        return sum(a.sent for a in self._ackers.values())
+
     def stats(self) -> dict[str, float | int | None]:
         return {
             "msgs_sent": self.msgs_sent, "msgs_received": self.msgs_received,
+            "acks_sent": self.acks_sent,
             "items_sent": self.items_sent, "items_received": self.items_received,
             "packed": self.packed, "mixed": self.mixed, "max_count": self.max_count,
             "held_back": self.held_back, "delivered": self.delivered,
@@ -702,11 +717,8 @@ class AsyncTreeReduce:
         self.age_s_max = max(self.age_s_max, age_s)
 
     def _send(self) -> None:
-        if self._req is not None:
-            if not self._req.test():
-                return
-            self._req = None
-        if self._done_sent:
+        up = self._up[self.parent]
+        if self._done_sent or not up.free():
             return
         subtree_done = self.closed and len(self.children_done) == len(self.children)
         if not self._queue and not subtree_done:
@@ -714,7 +726,7 @@ class AsyncTreeReduce:
         k = min(self.capacity, len(self._queue))
         if len(self._queue) > k:
             self.held_back += 1
-        buf = self._buf
+        buf = up.buf
         origins = set()
         for i in range(k):
             origin, round_, t, payload = self._queue.popleft()
@@ -724,8 +736,7 @@ class AsyncTreeReduce:
         buf["count"][...] = k
         done = subtree_done and not self._queue
         buf["done"][...] = int(done)
-        self._req = self.transport.isend(buf.buffer, self.parent, self.tag,
-                                         "async tree reduce items")
+        up.send()
         self._done_sent = done
         self.msgs_sent += 1
         self.items_sent += k
@@ -737,5 +748,11 @@ class AsyncTreeReduce:
         for c in self.children:
             if c not in self.children_done:
                 return PeerTimeout(self.rank, c, "the done mark (async tree reduce)", waited_s)
+        for c, a in self._ackers.items():
+            if not a.settled():
+                return PeerTimeout(self.rank, c, "an ack (async tree reduce)", waited_s, "to")
+        if self.parent is not None and self._done_sent and not self._up[self.parent].free():
+            return PeerTimeout(self.rank, self.parent, "the ack of the done mark "
+                               "(async tree reduce)", waited_s)
         return PeerTimeout(self.rank, self.parent if self.parent is not None else "?",
                            "the done mark (async tree reduce)", waited_s, "to")
