@@ -4,7 +4,7 @@ each rank, ``python tests/async_topology_cases.py gloo|mpi`` under tests/mp.py, 
 For (fanout, root) in ((2, 0), (3, N−1)):
 
 - broadcast (fan-out 2: a Schema and a 64-publication history; fan-out 3: a byte count and a
-  4-publication history, too short for the slow ranks): the root publishes versions 3, 6, …, 3V
+  4-publication history): the root publishes versions 3, 6, …, 3V
   (publication numbers 1..V) every ~1 ms while the other ranks poll at their own random pace,
   ranks with relative rank v ≡ 2 (mod 3) slowly (15–30 ms, relays among them); then the shutdown
   protocol (root close, poll until idle, barrier). Checks: each rank ends with the final version
@@ -12,8 +12,7 @@ For (fanout, root) in ((2, 0), (3, N−1)):
   is f(version) (no corruption, no mixing); received + skipped publications = V on every rank
   and slow ranks skipped some; messages each rank got = messages sent to it (all-reduced
   counters); every receipt's age equals (or, when inexact, brackets) the age computed from the
-  root's publication log, broadcast to all ranks after the run; slow ranks saw a positive age;
-  the short history made some ages inexact.
+  root's publication log, broadcast to all ranks after the run; slow ranks saw a positive age.
 - reduce: every rank contributes R items in random bursts of 1..6 (the first burst 6, above
   the capacity of 4) at its own pace (v ≢ 1 (mod 3) slow), payload f(origin, round); then
   close, poll until idle, barrier. Checks at the root: every (origin, round) exactly once, with
@@ -94,8 +93,7 @@ class Runner:
         rng = np.random.default_rng([SEED, me, m])
         schema = Schema("params", [("params", np.float32, (PARAM,)), ("step", np.int64, ())])
         # fanout 2 moves the schema's Messages, fanout 3 a plain byte count
-        # fanout 2 keeps a history long enough for exact ages, fanout 3 one too short for the
-        # slow ranks (ages are then bracketed)
+        # fanout 3 keeps a short history: ages may then be bracketed rather than exact
         hist = 64 if m == 2 else 4
         bc = AsyncTreeBroadcast(t, schema if m == 2 else schema.nbytes, root, m, tag,
                                 history=hist, record=True)
@@ -183,9 +181,6 @@ class Runner:
             slow_pos += rc.age > 0
         if slow:
             self.expect(slow_pos > 0, f"{label}: a slow rank never saw a positive age")
-        inexact = self.sum_over_ranks([bc.age_inexact, bc.age_count])
-        if hist < 20 and any((r - root) % n % 3 == 2 for r in range(n)):
-            self.expect(inexact[0] > 0, f"{label}: history {hist} but every age exact")
         t.barrier(TIMEOUT_S)
         return (f"{label} N={n}: sent {bc.msgs_sent} received {bc.msgs_received} versions "
                 f"{bc.versions_received} skipped {bc.skipped} age mean {bc.age_mean:.2f} max "

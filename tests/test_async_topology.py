@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from archzoo.topology import async_tree
 from archzoo.topology.async_tree import (
     AsyncTreeBroadcast,
     AsyncTreeReduce,
@@ -132,3 +133,65 @@ def test_validation():
         AsyncTreeBroadcast(t, 8, 0, 2, 1).publish(np.zeros(2), 0)
     with pytest.raises(RuntimeError, match="byte count"):
         AsyncTreeBroadcast(t, 8, 0, 2, 1).latest_message()
+
+
+class _Req:
+    def __init__(self, done: bool) -> None:
+        self.done, self.peer, self.what = done, 0, "test"
+
+    def test(self) -> bool:
+        return self.done
+
+
+def test_broadcast_age_reconstruction(monkeypatch):
+    """The root's version at a receipt, rebuilt from the publication history that messages
+    carry: exact when the history covers the gap, bracketed when it does not, settled by the
+    final version. Root publications seq 1..10 at times 1..10 with versions 10·seq."""
+    sent = []
+    t = SimpleNamespace(rank=1, world_size=2, timeout_s=1.0, spin_s=0.0, wait_s=0.0,
+                        idle=lambda s: None, irecv=lambda *a: _Req(False),
+                        isend=lambda *a: sent.append(a) or _Req(True))
+    now = [0.0]
+    monkeypatch.setattr(async_tree, "time", SimpleNamespace(time=lambda: now[0],
+                                                            perf_counter=lambda: 0.0))
+    bc = AsyncTreeBroadcast(t, 8, 0, 2, 1, history=3, record=True)
+
+    def take(seq: int, at: float, final: bool = False) -> list[int]:
+        msg = bc.wire.new()
+        msg["version"][...] = 10 * seq
+        msg["seq"][...] = seq
+        msg["final"][...] = final
+        msg["payload"][:] = seq
+        for i in range(3):
+            msg["hist_version"][i] = 10 * (seq - i) if seq - i >= 1 else -1
+            msg["hist_t"][i] = float(seq - i) if seq - i >= 1 else np.nan
+        now[0] = at
+        got: list[int] = []
+        bc._take(msg, got)
+        return got
+
+    assert take(2, 2.5) == [20] and bc.receipts == []  # open until a later publication shows
+    assert take(5, 7.2) == [50]  # publication 3 (at 3.0) came after 2.5: receipt 2 exact
+    r2 = bc.receipts[0]
+    assert (r2.seq, r2.age, r2.exact) == (2, 0, True)
+    assert take(9, 9.5) == [90]
+    # receipt 5 at 7.2: known 7 (7.0), 8 (8.0), 9: the root was at 7 -> 70 - 50, exact
+    r5 = bc.receipts[1]
+    assert (r5.seq, r5.age, r5.exact, r5.age_s) == (5, 20, True, pytest.approx(2.2))
+    assert bc.skipped == 1 + 2 + 3 and bc.versions_received == 3
+    assert take(10, 40.0) == [100]  # receipt 9 at 9.5: 10 published at 10.0 > 9.5 -> exact 0
+    assert (bc.receipts[2].seq, bc.receipts[2].age, bc.receipts[2].exact) == (9, 0, True)
+    assert not bc.idle()
+    assert take(10, 41.0, final=True) == []  # the final mark: settles receipt 10 at 40.0
+    assert (bc.receipts[3].seq, bc.receipts[3].age, bc.receipts[3].exact) == (10, 0, True)
+    assert bc.final and bc.age_inexact == 0 and bc.age_max == 20
+
+    # a gap wider than the history: receipt 1 at 6.5, next message 9 knows only 7, 8, 9
+    bc = AsyncTreeBroadcast(t, 8, 0, 2, 1, history=3, record=True)
+    take(1, 6.5)
+    take(9, 9.5)
+    r = bc.receipts[0]
+    assert not r.exact and r.age == 0 and r.age_hi == 69 - 10  # true age: 60 - 10 = 50
+    assert r.age <= 50 <= r.age_hi and bc.age_inexact == 1
+    assert bc.out_of_order == 0
+    assert take(9, 9.6) == [90] and bc.out_of_order == 1  # a repeat is listed and counted

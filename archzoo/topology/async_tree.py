@@ -49,6 +49,13 @@ flight that would hang ``MPI_Finalize``):
    receives the Inbox still has posted — no send can match them any more) and gloo ranks leave
    with ``os._exit`` (gloo cannot withdraw posted receives).
 
+In an owner's loop (async IMPALA: the learner is the root, the actors relay)::
+
+    bc = AsyncTreeBroadcast(t, params_schema(P), root=0, fanout=2, tag=TAG)
+    learner: bc.publish(msg, version); ...; bc.poll()      # every iteration, never blocks
+    actor:   bc.poll(); got = bc.latest()                   # newest (payload, version) or None
+    stop:    bc.finish(); t.barrier(); t.shutdown() (MPI) / os._exit (gloo)
+
 Times (``age_s`` and the broadcast's reconstruction of the root's version) use ``time.time()``
 stamps taken on different ranks: exact on one host, off by the clock skew across hosts.
 """
