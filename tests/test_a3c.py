@@ -76,3 +76,19 @@ def test_a3c_and_a2c_solve_cartpole(tmp_path: Path, mode: str) -> None:
                                   "--actors", "2", "--mode", mode, "--total-steps", "3000000",
                                   "--time-limit", "240"], tmp_path)
     assert s["final_mean_return"] >= 475 and s["stop_reason"] == "target"
+
+
+def test_torchrun(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.runs import clean_env
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    d = tmp_path / "run"
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "3", "-m", "archzoo",
+                        "run", "a3c", "--run-dir", str(d), *SMOKE],
+                       capture_output=True, text=True, timeout=240, env=clean_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert check(d, "gloo", 3, 1)["launcher"] == "torchrun"

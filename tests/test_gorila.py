@@ -67,3 +67,19 @@ def test_gorila_solves_cartpole_greedy(tmp_path: Path) -> None:
                                      "--actors", "2", "--total-steps", "1500000",
                                      "--time-limit", "200"], tmp_path)
     assert s["eval_mean_return"] >= 475 and s["stop_reason"] == "target"
+
+
+def test_torchrun(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.runs import clean_env
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    d = tmp_path / "run"
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "5", "-m", "archzoo",
+                        "run", "gorila", "--run-dir", str(d), *SMOKE],
+                       capture_output=True, text=True, timeout=240, env=clean_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert check(d, "gloo", 5, 1, 1)["launcher"] == "torchrun"
