@@ -64,3 +64,16 @@ def solve_either_seed(arch: str, args: list[str], tmp: Path, seeds=(0, 1)) -> di
             return s
     raise AssertionError(f"{arch} solved with no seed: " + str(
         [(s["stop_reason"], s["final_mean_return"], s["eval_mean_return"]) for s in results]))
+
+
+def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node N -m archzoo ARGS`` (the venv's torchrun)."""
+    import shutil
+
+    exe = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert exe, "torchrun ships with torch"
+    r = subprocess.run([exe, "--standalone", "--nproc_per_node", str(nproc), "-m", "archzoo",
+                        *args], capture_output=True, text=True, timeout=timeout,
+                       env=clean_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r

@@ -7,15 +7,12 @@ complete and the policy beat a random one (greedy evaluation or training returns
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.mp import describe, run_gloo, run_mpi
-from tests.runs import RANDOM_RETURN, clean_env, cli, load_run, solve_either_seed
+from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
 
 SMOKE = ["--total-steps", "40000", "--log-interval", "0.5", "--quiet", "--seed", "1",
          "--comm-timeout", "30", "--learning-starts", "1000"]
@@ -58,13 +55,8 @@ def test_embedded(tmp_path: Path, backend: str, shards: int) -> None:
 
 
 def test_torchrun(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    assert torchrun
     d = tmp_path / "run"
-    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "4", "-m", "archzoo",
-                        "run", "apex", "--run-dir", str(d), *SMOKE],
-                       capture_output=True, text=True, timeout=240, env=clean_env())
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    torchrun(4, "run", "apex", "--run-dir", str(d), *SMOKE)
     check(d, backend="gloo", world_size=4, shards=1)
 
 

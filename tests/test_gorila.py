@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.mp import describe, run_mpi
-from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed
+from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
 
 SMOKE = ["--total-steps", "30000", "--quiet", "--seed", "1", "--log-interval", "0.5",
          "--learning-starts", "1000"]
@@ -70,16 +70,6 @@ def test_gorila_solves_cartpole_greedy(tmp_path: Path) -> None:
 
 
 def test_torchrun(tmp_path: Path) -> None:
-    import shutil
-    import subprocess
-    import sys
-
-    from tests.runs import clean_env
-
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     d = tmp_path / "run"
-    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "5", "-m", "archzoo",
-                        "run", "gorila", "--run-dir", str(d), *SMOKE],
-                       capture_output=True, text=True, timeout=240, env=clean_env())
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    torchrun(5, "run", "gorila", "--run-dir", str(d), *SMOKE)
     assert check(d, "gloo", 5, 1, 1)["launcher"] == "torchrun"

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.mp import describe, run_gloo, run_mpi
-from tests.runs import ARCHZOO, RANDOM_RETURN, clean_env, cli, load_run
+from tests.runs import ARCHZOO, RANDOM_RETURN, clean_env, cli, load_run, torchrun
 
 SMOKE = ["--total-steps", "250000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
@@ -65,13 +63,8 @@ def test_embedded(tmp_path: Path, backend: str, mode: str) -> None:
 
 
 def test_torchrun(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    assert torchrun, "torchrun ships with torch"
     d = tmp_path / "run"
-    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "3", "-m", "archzoo",
-                        "run", "impala", "--run-dir", str(d), *SMOKE],
-                       capture_output=True, text=True, timeout=240, env=clean_env())
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    torchrun(3, "run", "impala", "--run-dir", str(d), *SMOKE)
     s = check_run_dir(d, backend="gloo", world_size=3)
     assert s["launcher"] == "torchrun"
 
