@@ -202,7 +202,9 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
         control = ControlChannel(t, [0], TAG_CONTROL)
         handshake_leaf(control, 0, digests, cfg.startup_timeout)
         lc = LeafControl(control, 0)
-        shard.run()  # serve until every worker said BYE (they stop on rank 0's STOP)
+        # serve until every worker said BYE (they stop on rank 0's STOP); the run's
+        # own limit plus the stop protocol's deadline bound a silent worker
+        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout)
         lc.poll()
         finish_leaf(ctx, control, lc, 0, {"ps": shard.stats.as_dict(),
                                           "bytes": t.counters.totals()}, drain=lambda: None)
@@ -215,7 +217,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
     mon = _monitor(ctx, run_dir)
     stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
     byes = finish_root(ctx, control, leaves, drain=shard.serve,
-                       outstanding=lambda: shard.run())
+                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout))
     c = t.counters.totals()
     mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
     ps = {"0": shard.stats.as_dict(), **{str(r): byes[r]["ps"] for r in shards[1:]}}

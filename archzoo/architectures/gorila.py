@@ -142,7 +142,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
         control = ControlChannel(t, [0], TAG_CONTROL)
         handshake_leaf(control, 0, digests, cfg.startup_timeout)
         lc = LeafControl(control, 0)
-        shard.run()
+        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout)  # bounds a silent worker
         lc.poll()
         finish_leaf(ctx, control, lc, 0, {"ps": shard.stats.as_dict(),
                                           "bytes": t.counters.totals()}, drain=lambda: None)
@@ -154,7 +154,8 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     run_dir = RunDir(cfg.run_dir, vars(cfg))
     mon = apex._monitor(ctx, run_dir, NAME)
     stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
-    byes = finish_root(ctx, control, leaves, drain=shard.serve, outstanding=lambda: shard.run())
+    byes = finish_root(ctx, control, leaves, drain=shard.serve,
+                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout))
     c = t.counters.totals()
     mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
     t.wait(final_req)
