@@ -9,14 +9,14 @@ import pytest
 from tests.mp import describe, run_mpi
 from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
 
-SMOKE = ["--total-steps", "30000", "--quiet", "--seed", "1", "--log-interval", "0.5",
+SMOKE = ["--total-steps", "60000", "--quiet", "--seed", "1", "--log-interval", "0.5",
          "--learning-starts", "1000"]
 
 
 def check(d: Path, backend: str, world: int, shards: int, learners: int) -> dict:
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"]) == ("gorila", backend, world)
-    assert s["env_steps"] >= 30000 and s["learner_updates"] > 20
+    assert s["env_steps"] >= 60000 and s["learner_updates"] > 20
     best = max(s["eval_mean_return"] or 0.0, s["final_mean_return"] or 0.0)
     assert best > RANDOM_RETURN + 10
     if world > 1:
