@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ from typing import Any
 METRIC_COLUMNS = (
     "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",
     "learner_updates", "policy_lag", "bytes_sent", "bytes_recv",
+    # batched inference (GA3C, SEED); empty for the other architectures
+    "infer_batch_mean", "infer_latency_ms", "prediction_queue", "training_queue",
 )
 
 
@@ -130,6 +132,7 @@ class Monitor:
         self._last_t = time.time()
         self._last_steps = 0
         self.rows = 0
+        self.extra: Callable[[], dict[str, Any]] | None = None  # more columns for each row
 
     # -- feeding ----------------------------------------------------------
     def add_episodes(self, returns) -> None:
@@ -214,6 +217,8 @@ class Monitor:
             "policy_lag": None if lag is None else round(lag, 3),
             "bytes_sent": bytes_sent, "bytes_recv": bytes_recv,
         }
+        extra = self.extra() if self.extra is not None else {}
+        row.update(extra)
         if self.run_dir is not None:
             self.run_dir.metrics_row(row)
         self.rows += 1
@@ -225,4 +230,5 @@ class Monitor:
             lag_s = "-" if lag is None else f"{lag:.2f}"
             print(f"[{self.label}] t={row['time_s']:7.1f}s steps={self.env_steps:>9,} "
                   f"fps={fps:>8,.0f} episodes={self.episodes:>6,} return100={ret}{ev} "
-                  f"updates={self.updates:,} lag={lag_s}", flush=True)
+                  f"updates={self.updates:,} lag={lag_s}"
+                  + "".join(f" {k}={v}" for k, v in extra.items() if v is not None), flush=True)

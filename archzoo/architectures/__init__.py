@@ -20,6 +20,10 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
                "Gorila: actors, a replay memory, L learners and a sharded parameter server"),
     "gala": ("archzoo.architectures.gala",
              "GALA/PALA: A2C agents averaging their models by gossip over a ring"),
+    "seed": ("archzoo.architectures.seed",
+             "SEED RL: actors only step envs; the learner batches their inference and trains"),
+    "ga3c": ("archzoo.architectures.ga3c",
+             "GA3C: agents ask batched predictor threads; trainer threads update one model"),
 }
 
 

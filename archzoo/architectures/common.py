@@ -29,6 +29,8 @@ TAG_TRANSITIONS = 4
 TAG_SAMPLE_REQUEST = 5
 TAG_SAMPLE_REPLY = 6
 TAG_TOPOLOGY = 7
+TAG_INFER_REQUEST = 9   # actor -> inference server (GA3C, SEED)
+TAG_INFER_REPLY = 10    # inference server -> actor
 
 
 def run_summary(ctx: RankContext, mon: Any, stop: str, arch: str, topology: str,

@@ -59,7 +59,12 @@ def topology_applied(cfg: argparse.Namespace) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """IMPALA's hyper-parameters, with defaults that solve CartPole-v1 quickly."""
-    g = p.add_argument_group("IMPALA")
+    add_vtrace_arguments(p, "IMPALA")
+
+
+def add_vtrace_arguments(p: argparse.ArgumentParser, title: str) -> None:
+    """The unroll and V-trace learner flags (IMPALA, SEED)."""
+    g = p.add_argument_group(title)
     g.add_argument("--unroll-length", type=int, default=20, help="T, steps per unroll")
     g.add_argument("--batch-unrolls", type=int, default=0,
                    help="async: most unrolls per update (0 = one per actor)")
@@ -76,6 +81,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def validate(cfg: argparse.Namespace) -> str | None:
     """One line describing what is wrong with the IMPALA flags, or None."""
+    if cfg.topology != "star" and cfg.mode == "async":
+        return (f"--topology {cfg.topology} needs --mode sync: async IMPALA broadcasts "
+                "parameters latest-wins over the star (--topology star)")
+    return validate_vtrace(cfg)
+
+
+def validate_vtrace(cfg: argparse.Namespace) -> str | None:
+    """What is wrong with the unroll and V-trace learner flags, or None."""
     if cfg.unroll_length < 1:
         return f"--unroll-length must be >= 1, got {cfg.unroll_length}"
     if cfg.batch_unrolls < 0:
@@ -86,9 +99,6 @@ def validate(cfg: argparse.Namespace) -> str | None:
         return f"--gamma must be in [0, 1], got {cfg.gamma}"
     if not (cfg.rho_bar > 0 and cfg.c_bar > 0):
         return "--rho-bar and --c-bar must be > 0"
-    if cfg.topology != "star" and cfg.mode == "async":
-        return (f"--topology {cfg.topology} needs --mode sync: async IMPALA broadcasts "
-                "parameters latest-wins over the star (--topology star)")
     if cfg.hidden < 1:
         return f"--hidden must be >= 1, got {cfg.hidden}"
     if not cfg.max_grad_norm > 0:

@@ -83,19 +83,21 @@ class Backoff:
     three processes, a waiter that kept spinning would steal the core its peer needs.
     """
 
-    __slots__ = ("_t0", "_sleep", "_idle", "_spin_s")
+    __slots__ = ("_t0", "_sleep", "_idle", "_spin_s", "_max_sleep_s")
 
-    def __init__(self, idle: Callable[[float], None] = time.sleep, spin_s: float = 50e-6) -> None:
+    def __init__(self, idle: Callable[[float], None] = time.sleep, spin_s: float = 50e-6,
+                 max_sleep_s: float = 1e-3) -> None:
         self._t0 = time.perf_counter()
         self._sleep = 2.5e-5
         self._idle = idle  # sleeps at most its argument; may return early on progress
         self._spin_s = spin_s
+        self._max_sleep_s = max_sleep_s
 
     def pause(self) -> None:
         if time.perf_counter() - self._t0 < self._spin_s:
             return
         self._idle(self._sleep)
-        self._sleep = min(1e-3, self._sleep * 2)
+        self._sleep = min(self._max_sleep_s, self._sleep * 2)
 
 
 class Transport(ABC):
@@ -144,13 +146,18 @@ class Transport(ABC):
 
     # -- waiting -----------------------------------------------------------
     def wait(self, req: Request, timeout_s: float | None = None,
-             on_poll: Callable[[], None] | None = None) -> None:
-        """Wait for ``req`` with a deadline; ``on_poll`` runs between polls (e.g. check STOP)."""
+             on_poll: Callable[[], None] | None = None, spin_s: float | None = None,
+             max_sleep_s: float = 1e-3) -> None:
+        """Wait for ``req`` with a deadline; ``on_poll`` runs between polls (e.g. check STOP).
+
+        ``spin_s`` (default: the engine's) and ``max_sleep_s`` shape the :class:`Backoff`: a
+        process that waits on every step and shares its core (a SEED actor) spins less.
+        """
         if req.test():
             return
         t0 = time.perf_counter()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
-        backoff = Backoff(self.idle, self.spin_s)
+        backoff = Backoff(self.idle, self.spin_s if spin_s is None else spin_s, max_sleep_s)
         try:
             while not req.test():
                 if on_poll is not None:

@@ -1,0 +1,291 @@
+"""The batched inference server: GA3C's predictor and SEED RL's central inference.
+
+Seed 004 §12.4.2 (GA3C; Babaeizadeh et al. 2017, §4 "predictors") and §12.4.4 (SEED RL;
+Espeholt et al. 2020, §3 "central inference"): actors do not hold the policy. Each sends the
+observations of all its E envs in one request; the server gathers the requests that have
+arrived into one batch — at most ``max_batch`` requests, waiting at most ``max_wait`` after
+the first one for more — runs ONE forward pass of π and V on its device, samples the
+actions, and answers every actor with its own rows: actions, behaviour logits μ(·|x) and
+values. A forward pass on B·E rows costs far less than B passes on E rows (the GEMMs of a
+small MLP are dominated by per-call overhead), so batching multiplies requests/s.
+
+Parameters change only between batches: new ones are staged with :meth:`BatchedPolicy.load`
+(or, in-process, applied under :attr:`BatchedPolicy.lock`), so every row of a batch is
+answered by one parameter version, which each reply names.
+
+The server never waits on one particular actor: a batch is formed from whatever is ready,
+so a silent actor only shrinks batches, and an actor whose process died (gloo reports it
+on its posted receive) is dropped with a warning.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
+from archzoo.comm.base import Backoff
+from archzoo.envs import EnvSpec
+
+__all__ = ["BatchedPolicy", "InferenceServer", "InferenceStats", "reply_schema",
+           "request_schema"]
+
+
+def request_schema(spec: EnvSpec, num_envs: int) -> Schema:
+    """An actor's request: x_t of its E envs, plus what SEED's learner needs of step t−1.
+
+    ``rewards``/``terminated``/``truncated``/``valid`` describe the env step that produced
+    ``obs`` (the one taken with the previous reply's actions); ``first`` marks the first
+    request of an actor incarnation ``run_id`` (there is no previous step). Episodes that
+    finished at that step travel along (at most one per env).
+    """
+    E = num_envs
+    return Schema("infer_request", [
+        ("obs", np.float32, (E, *spec.obs_shape)),
+        ("rewards", np.float32, (E,)),
+        ("terminated", np.bool_, (E,)),
+        ("truncated", np.bool_, (E,)),
+        ("valid", np.bool_, (E,)),
+        ("first", np.bool_, ()),
+        ("run_id", np.int64, ()),
+        ("seq", np.int64, ()),               # request number within this run id
+        ("first_step_time", np.float64, ()),
+        ("timing", np.float64, (2,)),        # the actor's cumulative env and round-trip seconds
+        ("ep_count", np.int64, ()),
+        ("ep_returns", np.float32, (E,)),
+        ("ep_lengths", np.int32, (E,)),
+    ])
+
+
+def reply_schema(spec: EnvSpec, num_envs: int) -> Schema:
+    """The server's answer to one request: a_t ~ π(·|x_t), the logits μ(·|x_t), V(x_t)."""
+    E = num_envs
+    return Schema("infer_reply", [
+        ("actions", np.int64, (E,)),
+        ("logits", np.float32, (E, spec.num_actions)),
+        ("values", np.float32, (E,)),
+        ("seq", np.int64, ()),               # echoes the request's seq
+        ("version", np.int64, ()),           # parameter version that answered
+        ("batch", np.int64, ()),             # which batch (forward pass) answered
+        ("batch_size", np.int64, ()),        # requests in that batch
+    ])
+
+
+class BatchedPolicy:
+    """The model behind the server: one forward pass per batch, actions by Gumbel-max.
+
+    ``lock`` is held for the whole forward pass; a trainer that updates the model in place
+    (GA3C) takes it for its optimiser step, so a batch never sees half an update. Staged
+    parameters (:meth:`load`) are applied at the start of the next batch.
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, seed: int) -> None:
+        self.model = model.to(device)
+        self.device = device
+        self.rng = np.random.default_rng(seed)
+        self.lock = threading.Lock()
+        self.version = 0
+        self._staged: tuple[np.ndarray, int] | None = None
+
+    def load(self, flat: np.ndarray, version: int) -> None:
+        """Stage new parameters; the next batch (not the current one) uses them."""
+        self._staged = (flat.copy(), version)
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(actions, logits, values, version) for a batch of observations ``[B, *obs]``."""
+        from archzoo.nets import set_flat
+
+        with self.lock:
+            if self._staged is not None:
+                flat, self.version = self._staged
+                self._staged = None
+                set_flat(self.model, flat)
+            version = self.version
+            with torch.no_grad():
+                x = torch.from_numpy(obs)
+                if self.device.type != "cpu":
+                    x = x.to(self.device, non_blocking=True)
+                logits, values = self.model(x)
+                logits, values = logits.cpu().numpy(), values.cpu().numpy()
+        # Gumbel-max: argmax(logits + Gumbel noise) is a sample of softmax(logits).
+        actions = np.argmax(logits + self.rng.gumbel(size=logits.shape), axis=-1)
+        return actions, logits, values, version
+
+
+@dataclass
+class InferenceStats:
+    """What the metrics report: batch sizes, latency (request seen → reply sent), time."""
+
+    batches: int = 0
+    requests: int = 0
+    forward_s: float = 0.0
+    latency_s: float = 0.0
+    _window_batches: int = 0
+    _window_requests: int = 0
+    _window_latency_s: float = 0.0
+
+    def record(self, size: int, forward_s: float, latency_s: float) -> None:
+        self.batches += 1
+        self.requests += size
+        self.forward_s += forward_s
+        self.latency_s += latency_s
+        self._window_batches += 1
+        self._window_requests += size
+        self._window_latency_s += latency_s
+
+    @property
+    def mean_batch(self) -> float | None:
+        return self.requests / self.batches if self.batches else None
+
+    @property
+    def mean_latency_ms(self) -> float | None:
+        return 1e3 * self.latency_s / self.requests if self.requests else None
+
+    def window(self) -> dict[str, float | None]:
+        """Mean batch size and latency since the last call (a metrics row's columns)."""
+        b, r, lat = self._window_batches, self._window_requests, self._window_latency_s
+        self._window_batches = self._window_requests = 0
+        self._window_latency_s = 0.0
+        return {"infer_batch_mean": round(r / b, 3) if b else None,
+                "infer_latency_ms": round(1e3 * lat / r, 4) if r else None}
+
+    def summary(self) -> dict[str, float | int | None]:
+        return {"batches": self.batches, "requests": self.requests,
+                "mean_batch_size": self.mean_batch, "mean_latency_ms": self.mean_latency_ms,
+                "forward_s": self.forward_s}
+
+
+# Called for every answered request, before its buffer is reused: (actor, request, reply).
+OnAnswer = Callable[[int, Message, Message], None]
+
+
+class InferenceServer:
+    """Batches requests from ``actors`` over the Transport and answers each one.
+
+    ``mode="async"``: a batch is whatever is ready, up to ``max_batch``, waiting at most
+    ``max_wait_s`` after the first request for more (never longer than it takes for every
+    live actor to be in the batch). ``mode="sync"``: every batch holds one request from
+    every actor, in rank order (lockstep; reproducible with a seeded policy).
+    """
+
+    def __init__(self, transport: Transport, req_schema: Schema, rep_schema: Schema,
+                 actors: list[int], policy: BatchedPolicy, max_batch: int, max_wait_s: float,
+                 tag_request: int, tag_reply: int, mode: str = "async",
+                 on_answer: OnAnswer | None = None) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.t, self.policy = transport, policy
+        self.max_batch, self.max_wait_s, self.mode = max_batch, max_wait_s, mode
+        self.tag_reply = tag_reply
+        self.on_answer = on_answer
+        self.inbox = Inbox(transport, req_schema, actors, tag_request, depth=1,
+                           what="inference request")
+        self.live = list(actors)
+        self.dead: list[int] = []
+        self._replies = {a: rep_schema.new() for a in actors}
+        self._sending: dict[int, Request | None] = dict.fromkeys(actors)
+        self._seen: dict[int, float] = {}  # when the server first saw each pending request
+        self._next = 0
+        self.stats = InferenceStats()
+
+    # -- gathering -----------------------------------------------------------------
+    def _poll(self, peer: int) -> Message | None:
+        try:
+            msg = self.inbox.poll(peer)
+        except PeerFailure as e:
+            self.live.remove(peer)
+            self.dead.append(peer)
+            print(f"archzoo: rank {self.t.rank}: inference server drops actor {peer}: {e}",
+                  file=sys.stderr, flush=True)
+            return None
+        if msg is not None and peer not in self._seen:
+            self._seen[peer] = time.perf_counter()
+        return msg
+
+    def ready(self) -> list[int]:
+        """Live actors with a request waiting, round robin from where the last batch ended."""
+        n = len(self.live)
+        order = [self.live[(self._next + i) % n] for i in range(n)] if n else []
+        return [p for p in order if self._poll(p) is not None]
+
+    def gather(self, on_poll: Callable[[], None] | None = None) -> list[int]:
+        """The actors of the next batch ([] if no request is ready in async mode)."""
+        if self.mode == "sync":
+            for p in list(self.live):
+                self.inbox.recv_from(p, on_poll=on_poll)
+                self._seen.setdefault(p, time.perf_counter())
+            return list(self.live)
+        batch = self.ready()[: self.max_batch]
+        if not batch:
+            return []
+        deadline = self._seen[batch[0]] + self.max_wait_s
+        backoff = Backoff(self.t.idle, self.t.spin_s)
+        while len(batch) < min(self.max_batch, len(self.live)):
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+            for p in self.ready():
+                if p not in batch and len(batch) < self.max_batch:
+                    batch.append(p)
+            if on_poll is not None:
+                on_poll()
+            backoff.pause()
+        if batch[-1] in self.live:  # fairness: the next batch starts after this one's last
+            self._next = (self.live.index(batch[-1]) + 1) % len(self.live)
+        return batch
+
+    # -- answering -----------------------------------------------------------------
+    def serve(self, on_poll: Callable[[], None] | None = None) -> int:
+        """Form one batch, run one forward pass, answer it; returns its number of requests."""
+        batch = self.gather(on_poll)
+        if not batch:
+            return 0
+        reqs = [self.inbox.poll(p) for p in batch]
+        obs = reqs[0]["obs"] if len(reqs) == 1 else np.concatenate([r["obs"] for r in reqs])
+        t0 = time.perf_counter()
+        actions, logits, values, version = self.policy.forward(obs)
+        t1 = time.perf_counter()
+        batch_id = self.stats.batches  # batches answered before this one
+        latency = 0.0
+        row = 0
+        for p, req in zip(batch, reqs, strict=True):
+            n = req["obs"].shape[0]
+            rep = self._replies[p]
+            if self._sending[p] is not None:  # the previous reply to p (it has arrived)
+                self.t.wait(self._sending[p])
+            rep["actions"][:] = actions[row:row + n]
+            rep["logits"][:] = logits[row:row + n]
+            rep["values"][:] = values[row:row + n]
+            rep["seq"][...] = req["seq"]
+            rep["version"][...] = version
+            rep["batch"][...] = batch_id
+            rep["batch_size"][...] = len(batch)
+            row += n
+            if self.on_answer is not None:
+                self.on_answer(p, req, rep)
+            self._sending[p] = self.t.isend(rep.buffer, p, self.tag_reply, "inference reply")
+            latency += time.perf_counter() - self._seen.pop(p)
+            self.inbox.release(p)
+        self.stats.record(len(batch), t1 - t0, latency)
+        return len(batch)
+
+    def drop_pending(self) -> int:
+        """Release requests that arrived after STOP without answering them."""
+        n = 0
+        for p in self.ready():
+            self._seen.pop(p, None)
+            self.inbox.release(p)
+            n += 1
+        return n
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every reply sent has been taken by its actor."""
+        for p, req in self._sending.items():
+            if req is not None and p not in self.dead:
+                self.t.wait(req, timeout_s)

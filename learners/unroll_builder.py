@@ -1,0 +1,58 @@
+"""SEED RL's unrolls, assembled on the learner from the inference traffic itself.
+
+In SEED RL (Espeholt et al. 2020, §3; seed 004 §12.4.4) actors only step environments, so
+the learner, which answers every step, keeps one unroll buffer per actor: request k brings
+x_k (and the reward, episode-end flags and ``valid`` of the step that produced it); the
+reply brings a_k and the behaviour logits μ(·|x_k). After T steps the request's x_T closes
+the unroll and also opens the next one as its x_0 — the same layout as an IMPALA unroll
+(actors/unroll.py), so the V-trace learner takes it unchanged.
+
+A request whose ``run_id`` differs from the buffer's comes from a restarted actor: the
+partial unroll is dropped (its steps came from envs that no longer exist) and a new one
+starts at that request.
+"""
+
+from __future__ import annotations
+
+from archzoo.comm import Message, Schema
+
+
+class UnrollBuilder:
+    """One actor's unroll in progress; :meth:`add` returns each unroll as it completes."""
+
+    def __init__(self, schema: Schema, unroll_length: int) -> None:
+        self.schema, self.T = schema, unroll_length
+        self.msg = schema.new()
+        self.t = 0                      # actions recorded in the current unroll
+        self.run_id: int | None = None
+        self.restarts = 0               # run-id changes after the first
+        self.dropped_steps = 0          # steps of partial unrolls dropped at a restart
+
+    def add(self, req: Message, rep: Message) -> Message | None:
+        """Record one answered request; the completed unroll (a fresh message) or None."""
+        run_id = int(req["run_id"])
+        done = None
+        if run_id != self.run_id or bool(req["first"]):
+            if self.run_id is not None:
+                self.restarts += 1
+                self.dropped_steps += self.t
+            self.run_id = run_id
+            self.t = 0
+            self.msg["obs"][0] = req["obs"]
+            self.msg["version"][...] = rep["version"]
+        else:
+            m, s = self.msg, self.t - 1  # the request reports step s (taken with a_s)
+            m["rewards"][s] = req["rewards"]
+            m["terminated"][s] = req["terminated"]
+            m["truncated"][s] = req["truncated"]
+            m["valid"][s] = req["valid"]
+            m["obs"][self.t] = req["obs"]
+            if self.t == self.T:
+                done, self.msg = m, self.schema.new()
+                self.msg["obs"][0] = req["obs"]
+                self.msg["version"][...] = rep["version"]
+                self.t = 0
+        self.msg["actions"][self.t] = rep["actions"]
+        self.msg["behaviour_logits"][self.t] = rep["logits"]
+        self.t += 1
+        return done
