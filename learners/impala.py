@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
@@ -40,6 +41,19 @@ class ImpalaLearner:
             raise ValueError(f"unknown optimizer {optimizer!r}")
         self.version = 0  # number of updates applied: the parameters' version
         self.update_s = 0.0
+        # Held around the optimiser step: a thread that reads the model concurrently (GA3C's
+        # predictors) holds it for a whole forward pass, so it never sees half an update.
+        self.step_lock: AbstractContextManager = nullcontext()
+
+    def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
+             values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The IMPALA loss: V-trace targets with π = the current model, μ = behaviour."""
+        return impala_loss(
+            logits=logits, values=values, actions=b["actions"],
+            behaviour_logits=b["behaviour_logits"], rewards=b["rewards"],
+            terminated=b["terminated"], truncated=b["truncated"], valid=b["valid"],
+            cfg=self.loss_cfg,
+        )
 
     def update(self, unrolls: Sequence) -> dict[str, float]:
         """One step of the IMPALA loss on the given unrolls (in the given order)."""
@@ -49,17 +63,13 @@ class ImpalaLearner:
         logits, values = self.model(b["obs"].reshape(T1 * B, *b["obs"].shape[2:]))
         logits = logits.reshape(T1, B, -1)[:-1]
         values = values.reshape(T1, B)
-        loss, stats = impala_loss(
-            logits=logits, values=values, actions=b["actions"],
-            behaviour_logits=b["behaviour_logits"], rewards=b["rewards"],
-            terminated=b["terminated"], truncated=b["truncated"], valid=b["valid"],
-            cfg=self.loss_cfg,
-        )
+        loss, stats = self.loss(b, logits, values)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),
                                                             self.max_grad_norm))
-        self.opt.step()
-        self.version += 1
+        with self.step_lock:
+            self.opt.step()
+            self.version += 1
         self.update_s += time.perf_counter() - t0
         return stats
