@@ -30,6 +30,9 @@ def run_rank(arch: ModuleType, args: argparse.Namespace, launch: Launch, t_start
     torch.set_num_threads(args.threads)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if launch.rank == 0 and not args.quiet:
+            found = "using CUDA" if args.device == "cuda" else "no CUDA device, using the CPU"
+            print(f"archzoo: --device auto: {found}", flush=True)
     transport = None
     code = 0
     try:
