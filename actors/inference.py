@@ -85,12 +85,16 @@ class BatchedPolicy:
     parameters (:meth:`load`) are applied at the start of the next batch.
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, seed: int) -> None:
+    def __init__(self, model: torch.nn.Module, device: torch.device, seed: int,
+                 version_of: Callable[[], int] | None = None) -> None:
         self.model = model.to(device)
         self.device = device
         self.rng = np.random.default_rng(seed)
         self.lock = threading.Lock()
         self.version = 0
+        # Where the model is trained in place (SEED, GA3C): the trainer's version counter,
+        # read under the lock, which the trainer also holds while it steps and counts.
+        self.version_of = version_of
         self._staged: tuple[np.ndarray, int] | None = None
 
     def load(self, flat: np.ndarray, version: int) -> None:
@@ -106,7 +110,7 @@ class BatchedPolicy:
                 flat, self.version = self._staged
                 self._staged = None
                 set_flat(self.model, flat)
-            version = self.version
+            version = self.version if self.version_of is None else self.version_of()
             with torch.no_grad():
                 x = torch.from_numpy(obs)
                 if self.device.type != "cpu":

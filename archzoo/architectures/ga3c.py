@@ -17,9 +17,10 @@ Roles: rank 0 is the server, ranks 1..N are agents (actors).
   Both queues are bounded: when one is full the communication thread stops taking that kind
   of message, so agents block on their sends (back-pressure, no loss). Queue lengths are
   in metrics.csv. The optimiser step holds the model's lock, which predictors hold for a
-  whole forward pass: no batch sees half an update. Trainers serialise their updates (an
-  in-place step would corrupt another trainer's backward pass), so more trainers overlap
-  only the batching of unrolls; more predictors overlap forward passes with the GIL released.
+  whole forward pass: no batch sees half an update, and each reply names the version that
+  answered. Trainers serialise their updates (an in-place step would corrupt another
+  trainer's backward pass), and forward passes are serialised by the same lock, so more
+  trainers or predictors overlap only the gathering of batches, not the model's work.
 - ``--actors 0``: one process, the agent asks the model directly and trains inline.
 """
 
@@ -146,7 +147,8 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     run_dir = RunDir(cfg.run_dir, vars(cfg))
     mon = _monitor(ctx, run_dir)
     learner = _learner(cfg, spec)
-    policy = BatchedPolicy(learner.model, learner.device, cfg.seed)
+    policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
+                           version_of=lambda: learner.version)
     E = cfg.envs_per_actor
     client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
                                new_run_id(0))
@@ -157,7 +159,6 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         agent.collect(msg)
         impala._account(mon, msg, learner.version)
         learner.update([msg])
-        policy.version = learner.version
         mon.updates = learner.version
         mon.maybe_log()
         stop = mon.check_stop()
@@ -181,8 +182,9 @@ class Ga3cServer:
                  num_agents: int) -> None:
         self.cfg, self.mon = cfg, mon
         self.learner = _learner(cfg, spec)
-        self.policy = BatchedPolicy(self.learner.model, self.learner.device, cfg.seed)
-        self.learner.step_lock = self.policy.lock
+        self.policy = BatchedPolicy(self.learner.model, self.learner.device, cfg.seed,
+                                    version_of=lambda: self.learner.version)
+        self.learner.step_lock = self.policy.lock  # step and version bump, atomically
         self.num_agents = num_agents
         self.max_wait_s = cfg.max_wait_us * 1e-6
         self.batch_unrolls = cfg.batch_unrolls or num_agents
@@ -271,7 +273,6 @@ class Ga3cServer:
             with self.train_lock:
                 version = self.learner.version
                 self.learner.update(batch)
-                self.policy.version = self.learner.version
             with self.mon_lock:
                 for u in batch:
                     self.mon.add_lag(version - int(u["version"]))

@@ -89,7 +89,8 @@ class SeedLearner:
                  actors: list[int]) -> None:
         self.cfg, self.mon = cfg, mon
         self.learner = impala._learner(cfg, spec, torch.device(cfg.device))
-        self.policy = BatchedPolicy(self.learner.model, self.learner.device, cfg.seed)
+        self.policy = BatchedPolicy(self.learner.model, self.learner.device, cfg.seed,
+                                    version_of=lambda: self.learner.version)
         u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
         self.builders = {a: UnrollBuilder(u_schema, cfg.unroll_length) for a in actors}
         self.complete: list[Message] = []
@@ -113,8 +114,7 @@ class SeedLearner:
         del self.complete[: self.batch_unrolls]
         for u in batch:
             self.mon.add_lag(self.learner.version - int(u["version"]))
-        self.learner.update(batch)
-        self.policy.version = self.learner.version  # the next batch is answered by it
+        self.learner.update(batch)  # the next batch is answered by the new parameters
         self.mon.updates = self.learner.version
         return True
 
