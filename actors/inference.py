@@ -99,7 +99,9 @@ class BatchedPolicy:
 
     def load(self, flat: np.ndarray, version: int) -> None:
         """Stage new parameters; the next batch (not the current one) uses them."""
-        self._staged = (flat.copy(), version)
+        staged = (flat.copy(), version)
+        with self.lock:
+            self._staged = staged
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(actions, logits, values, version) for a batch of observations ``[B, *obs]``."""
@@ -199,14 +201,21 @@ class InferenceServer:
         self.stats = InferenceStats()
 
     # -- gathering -----------------------------------------------------------------
+    def _drop(self, peer: int, error: PeerFailure) -> None:
+        """Stop serving an actor whose process died; the others go on."""
+        if peer in self.live:
+            self.live.remove(peer)
+            self.dead.append(peer)
+        self._seen.pop(peer, None)
+        self._sending[peer] = None
+        print(f"archzoo: rank {self.t.rank}: inference server drops actor {peer}: {error}",
+              file=sys.stderr, flush=True)
+
     def _poll(self, peer: int) -> Message | None:
         try:
             msg = self.inbox.poll(peer)
         except PeerFailure as e:
-            self.live.remove(peer)
-            self.dead.append(peer)
-            print(f"archzoo: rank {self.t.rank}: inference server drops actor {peer}: {e}",
-                  file=sys.stderr, flush=True)
+            self._drop(peer, e)
             return None
         if msg is not None and peer not in self._seen:
             self._seen[peer] = time.perf_counter()
@@ -261,8 +270,6 @@ class InferenceServer:
         for p, req in zip(batch, reqs, strict=True):
             n = req["obs"].shape[0]
             rep = self._replies[p]
-            if self._sending[p] is not None:  # the previous reply to p (it has arrived)
-                self.t.wait(self._sending[p])
             rep["actions"][:] = actions[row:row + n]
             rep["logits"][:] = logits[row:row + n]
             rep["values"][:] = values[row:row + n]
@@ -273,9 +280,15 @@ class InferenceServer:
             row += n
             if self.on_answer is not None:
                 self.on_answer(p, req, rep)
-            self._sending[p] = self.t.isend(rep.buffer, p, self.tag_reply, "inference reply")
             latency += time.perf_counter() - self._seen.pop(p)
-            self.inbox.release(p)
+            try:  # an actor may die between its request and our reply: drop it, go on
+                if self._sending[p] is not None:  # the previous reply to p (it arrived)
+                    self.t.wait(self._sending[p])
+                self._sending[p] = self.t.isend(rep.buffer, p, self.tag_reply,
+                                                "inference reply")
+                self.inbox.release(p)
+            except PeerFailure as e:
+                self._drop(p, e)
         self.stats.record(len(batch), t1 - t0, latency)
         return len(batch)
 
@@ -289,7 +302,10 @@ class InferenceServer:
         return n
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Wait until every reply sent has been taken by its actor."""
-        for p, req in self._sending.items():
+        """Wait until every reply sent has been taken by its actor (dead ones excepted)."""
+        for p, req in list(self._sending.items()):
             if req is not None and p not in self.dead:
-                self.t.wait(req, timeout_s)
+                try:
+                    self.t.wait(req, timeout_s)
+                except PeerFailure as e:
+                    self._drop(p, e)
