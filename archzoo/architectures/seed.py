@@ -51,6 +51,7 @@ from archzoo.architectures.common import (
     run_summary,
 )
 from archzoo.comm import ControlChannel, Message
+from archzoo.comm.base import Backoff
 from archzoo.envs import EnvSpec, env_spec
 from archzoo.runlog import Monitor, RunDir
 from learners.unroll_builder import UnrollBuilder
@@ -190,12 +191,15 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                              cfg.max_wait_us * 1e-6, TAG_INFER_REQUEST, TAG_INFER_REPLY,
                              mode=cfg.mode, on_answer=sl.on_answer)
     mon.extra = server.stats.window
+    backoff = Backoff(t.idle, t.spin_s)  # the learner has nothing else to do: spin first
     stop = None
     while stop is None:
         served = server.serve()
         updated = sl.maybe_update()
-        if not served and not updated:
-            t.idle(1e-4)
+        if served or updated:
+            backoff = Backoff(t.idle, t.spin_s)
+        else:
+            backoff.pause()
         c = t.counters.totals()
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
         stop = mon.check_stop()
