@@ -371,7 +371,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             else:
                 srv.wake.wait(nap)  # a predictor's replies end the nap at once
                 srv.wake.clear()
-                nap = min(5e-4, nap * 2)
+                nap = min(1e-4, nap * 2)
     finally:
         srv.shutdown()
     srv.check()
