@@ -126,7 +126,8 @@ class BatchedPolicy:
 
 @dataclass
 class InferenceStats:
-    """What the metrics report: batch sizes, latency (request seen → reply sent), time."""
+    """What the metrics report: batch sizes, latency (request seen → answered: reply sent
+    by InferenceServer, forward pass done in GA3C's predictors), forward-pass time."""
 
     batches: int = 0
     requests: int = 0
@@ -270,6 +271,13 @@ class InferenceServer:
         for p, req in zip(batch, reqs, strict=True):
             n = req["obs"].shape[0]
             rep = self._replies[p]
+            try:  # the previous reply to p has arrived (p asked again), so its buffer is free
+                if self._sending[p] is not None:
+                    self.t.wait(self._sending[p])
+            except PeerFailure as e:
+                self._drop(p, e)
+                row += n
+                continue
             rep["actions"][:] = actions[row:row + n]
             rep["logits"][:] = logits[row:row + n]
             rep["values"][:] = values[row:row + n]
@@ -282,8 +290,6 @@ class InferenceServer:
                 self.on_answer(p, req, rep)
             latency += time.perf_counter() - self._seen.pop(p)
             try:  # an actor may die between its request and our reply: drop it, go on
-                if self._sending[p] is not None:  # the previous reply to p (it arrived)
-                    self.t.wait(self._sending[p])
                 self._sending[p] = self.t.isend(rep.buffer, p, self.tag_reply,
                                                 "inference reply")
                 self.inbox.release(p)

@@ -375,8 +375,10 @@ def case_max_wait(ctx: Ctx) -> None:
     under = sum(x < 0.150 for x in lat)
     log(ctx.t, f"  fast actor: median round trip {1e3 * med:.2f} ms, max {1e3 * max(lat):.1f} "
                f"ms, {under}/{len(lat)} under 150 ms")
-    assert med < 0.050, f"median round trip {1e3 * med:.1f} ms: the server waits for the slow actor"
-    assert under >= 0.9 * len(lat), f"only {under}/{len(lat)} round trips under 150 ms"
+    # a server that waited for the slow actor (300 ms between its requests) would put most
+    # round trips near 300 ms; generous bounds, since this machine is shared and noisy
+    assert med < 0.100, f"median round trip {1e3 * med:.1f} ms: the server waits for the slow actor"
+    assert under >= 0.5 * len(lat), f"only {under}/{len(lat)} round trips under 150 ms"
 
 
 K_FILL = 20
@@ -413,7 +415,7 @@ def case_max_wait_fills(ctx: Ctx) -> None:
 
 
 # -- e. a silent actor ----------------------------------------------------------------------------
-SILENT, SILENT_S, K_E = 1, 3.0, 100
+SILENT, SILENT_S, K_E = 1, 5.0, 100
 
 
 def case_silent_actor(ctx: Ctx) -> None:
@@ -443,7 +445,7 @@ def case_silent_actor(ctx: Ctx) -> None:
         request_obs(ctx, client, k)
     took = time.monotonic() - t0
     log(ctx.t, f"  {K_E} requests in {took:.2f}s while actor {SILENT} was silent")
-    assert took < SILENT_S - 0.5, f"{K_E} requests took {took:.2f}s: stalled by the silent actor"
+    assert took < SILENT_S - 1.0, f"{K_E} requests took {took:.2f}s: stalled by the silent actor"
 
 
 # -- f. versions ----------------------------------------------------------------------------------

@@ -46,11 +46,11 @@ def _check(ranks) -> None:
 
 
 def test_inference_server_gloo():
-    _check(mp.run_gloo(cases.WORLD, [CASES, "gloo"], timeout_s=60, fail_fast_s=25))
+    _check(mp.run_gloo(cases.WORLD, [CASES, "gloo"], timeout_s=150, fail_fast_s=25))
 
 
 def test_inference_server_mpi():
-    job = mp.run_mpi(cases.WORLD, [CASES, "mpi"], timeout_s=60)
+    job = mp.run_mpi(cases.WORLD, [CASES, "mpi"], timeout_s=150)
     assert job.returncode == 0, mp.describe(job)
     _check(job)
 

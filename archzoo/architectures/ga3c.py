@@ -334,6 +334,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                     srv.prediction_q.put_nowait((p, int(req["seq"]), req["obs"].copy(),
                                                  time.perf_counter()))
                     requests.release(p)
+                    requests.advance(p)  # fairness when the queue fills before all are in
                     moved += 1
                 while True:  # replies -> agents
                     try:
@@ -360,6 +361,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                         mon.add_episodes(msg["ep_returns"][:n])
                         mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
                     srv.training_q.put_nowait(msg)
+                    unrolls.advance(p)
                     moved += 1
             srv.sample_queues()
             with srv.mon_lock:
@@ -375,6 +377,9 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     finally:
         srv.shutdown()
     srv.check()
+    alive = [th.name for th in srv.threads if th.is_alive()]
+    if alive:
+        raise RuntimeError(f"GA3C threads did not stop within 30 s: {', '.join(alive)}")
 
     def drain() -> None:
         for p in requests.ready():

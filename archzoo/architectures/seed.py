@@ -50,7 +50,7 @@ from archzoo.architectures.common import (
     handshake_root,
     run_summary,
 )
-from archzoo.comm import ControlChannel, Message
+from archzoo.comm import CommError, ControlChannel, Message
 from archzoo.comm.base import Backoff
 from archzoo.envs import EnvSpec, env_spec
 from archzoo.runlog import Monitor, RunDir
@@ -204,19 +204,33 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
         stop = mon.check_stop()
 
-    byes = finish_root(ctx, control, actors, server.drop_pending,
-                       outstanding=lambda: server.flush())
+    try:
+        byes = finish_root(ctx, control, actors, server.drop_pending,
+                           outstanding=lambda: server.flush())
+    except CommError as e:
+        # an actor died (the server dropped it) or went silent: keep what was learnt in the
+        # run directory, then fail with the error that names it
+        _finish(ctx, run_dir, mon, stop, sl, server, spec, {}, str(e))
+        raise
+    return _finish(ctx, run_dir, mon, stop, sl, server, spec, byes, None)
+
+
+def _finish(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str, sl: SeedLearner,
+            server: InferenceServer, spec: EnvSpec, byes: dict[int, Any],
+            error: str | None) -> dict[str, Any]:
+    """Write summary.json and the policy (also when the stop protocol failed)."""
+    cfg, t = ctx.cfg, ctx.transport
     c = t.counters.totals()
     mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
     breakdown: dict[str, Any] = {
         "learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
                     "wait": t.wait_s},
     }
-    for a in actors:
-        breakdown[f"actor{a}"] = byes[a].get("timing", {})
+    for a, bye in byes.items():
+        breakdown[f"actor{a}"] = bye.get("timing", {})
     extra = {"inference": inference_summary(server), "actor_restarts": sl.restarts(),
-             "per_rank_bytes": {"0": c}}
-    extra["per_rank_bytes"].update({str(a): byes[a].get("bytes", {}) for a in actors})
+             "per_rank_bytes": {"0": c}, "stop_error": error}
+    extra["per_rank_bytes"].update({str(a): bye.get("bytes", {}) for a, bye in byes.items()})
     summary = run_summary(ctx, mon, stop, NAME, cfg.topology, topology_applied(cfg),
                           sl.learner.device, sl.learner.version, breakdown, extra)
     run_dir.write_summary(summary)

@@ -56,6 +56,11 @@ class Inbox:
         order = [self.peers[(self._next + i) % n] for i in range(n)]
         return [p for p in order if self.poll(p) is not None]
 
+    def advance(self, peer: int) -> None:
+        """Start the next :meth:`ready` scan after ``peer`` (fair round robin for callers
+        that take from ``ready()`` and may stop early)."""
+        self._next = (self.peers.index(peer) + 1) % len(self.peers)
+
     def recv_from(self, peer: int, timeout_s: float | None = None,
                   on_poll: Callable[[], None] | None = None) -> Message:
         """Wait (with a deadline) for the next message from ``peer``; release it after use."""
