@@ -83,7 +83,6 @@ class LocalPolicyClient:
         self.on_answer = on_answer
         self.seq = 0
         self.round_trip_s = 0.0
-        self.batches = 0
 
     def request(self) -> Message:
         t0 = time.perf_counter()
@@ -91,12 +90,11 @@ class LocalPolicyClient:
         rep = self.rep
         rep["actions"][:], rep["logits"][:], rep["values"][:] = actions, logits, values
         rep["seq"][...], rep["version"][...] = self.seq, version
-        rep["batch"][...], rep["batch_size"][...] = self.batches, 1
+        rep["batch"][...], rep["batch_size"][...] = self.seq, 1  # every request is a batch
         self.req["seq"][...] = self.seq
         if self.on_answer is not None:
             self.on_answer(0, self.req, rep)
         self.seq += 1
-        self.batches += 1
         self.req["first"][...] = False
         self.round_trip_s += time.perf_counter() - t0
         return rep

@@ -1,4 +1,4 @@
-"""What GA3C and SEED share: the inference server's flags and the schemas around it."""
+"""What GA3C and SEED share: the inference server's flags, their checks, its summary."""
 
 from __future__ import annotations
 
@@ -35,5 +35,5 @@ def inference_summary(server: InferenceServer | None, client=None) -> dict:
     if server is not None:
         return {**server.stats.summary(), "max_batch": server.max_batch,
                 "max_wait_us": server.max_wait_s * 1e6, "dead_actors": server.dead}
-    return {"batches": client.batches, "requests": client.seq, "mean_batch_size": 1.0,
+    return {"batches": client.seq, "requests": client.seq, "mean_batch_size": 1.0,
             "mean_latency_ms": 1e3 * client.round_trip_s / max(1, client.seq)}

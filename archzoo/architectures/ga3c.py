@@ -63,7 +63,6 @@ from archzoo.envs import EnvSpec, env_spec
 from archzoo.runlog import Monitor, RunDir, Timers
 from learners.ga3c import A3CUnrollLearner
 from learners.impala import ImpalaLearner
-from learners.vtrace import ImpalaLossConfig
 
 NAME = "ga3c"
 DESCRIPTION = "GA3C: agents ask batched predictor threads; trainer threads update one model"
@@ -96,12 +95,8 @@ def validate(cfg: argparse.Namespace) -> str | None:
     return validate_inference(cfg) or impala.validate_vtrace(cfg)
 
 
-def world_size_for(cfg: argparse.Namespace, actors: int) -> int:
-    return actors + 1 if actors > 0 else 1
-
-
-def actors_for(cfg: argparse.Namespace, world_size: int) -> int:
-    return world_size - 1
+world_size_for = impala.world_size_for  # one server plus the agents
+actors_for = impala.actors_for
 
 
 def topology_applied(cfg: argparse.Namespace) -> str:
@@ -110,25 +105,8 @@ def topology_applied(cfg: argparse.Namespace) -> str:
 
 
 def _learner(cfg: argparse.Namespace, spec: EnvSpec) -> ImpalaLearner:
-    loss_cfg = ImpalaLossConfig(gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
-                                baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef)
     cls = A3CUnrollLearner if cfg.loss == "a3c" else ImpalaLearner
-    return cls(impala._model(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm,
-               torch.device(cfg.device), cfg.optimizer)
-
-
-def _monitor(ctx: RankContext, run_dir: RunDir) -> Monitor:
-    cfg = ctx.cfg
-    label = f"{NAME}/{ctx.transport.backend if ctx.transport else '-'}"
-    return Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
-                   cfg.log_interval, label, quiet=cfg.quiet)
-
-
-def _save(ctx: RankContext, run_dir: RunDir, learner: ImpalaLearner, spec: EnvSpec) -> None:
-    run_dir.save_policy(learner.model, {"arch": NAME, "env": spec.env_id,
-                                        "obs_shape": list(spec.obs_shape),
-                                        "num_actions": spec.num_actions,
-                                        "hidden": ctx.cfg.hidden})
+    return impala._learner(cfg, spec, torch.device(cfg.device), cls)
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
@@ -145,7 +123,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the agent asks the model directly and the trainer runs inline."""
     cfg = ctx.cfg
     run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = _monitor(ctx, run_dir)
+    mon = impala._monitor(ctx, run_dir, NAME)
     learner = _learner(cfg, spec)
     policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
                            version_of=lambda: learner.version)
@@ -170,7 +148,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                           learner.device, learner.version, timers,
                           {"inference": inference_summary(None, client)})
     run_dir.write_summary(summary)
-    _save(ctx, run_dir, learner, spec)
+    impala._save(ctx, run_dir, learner, spec, NAME)
     run_dir.close()
     return summary
 
@@ -313,7 +291,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     handshake_root(control, agents, {"request": req_s.digest(), "reply": rep_s.digest(),
                                      "unroll": u_schema.digest()}, cfg.startup_timeout)
     run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = _monitor(ctx, run_dir)
+    mon = impala._monitor(ctx, run_dir, NAME)
     srv = Ga3cServer(cfg, spec, mon, len(agents))
     mon.extra = srv.window
     replies = {a: rep_s.new() for a in agents}
@@ -410,7 +388,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     summary = run_summary(ctx, mon, stop, NAME, cfg.topology, topology_applied(cfg),
                           srv.learner.device, srv.learner.version, breakdown, extra)
     run_dir.write_summary(summary)
-    _save(ctx, run_dir, srv.learner, spec)
+    impala._save(ctx, run_dir, srv.learner, spec, NAME)
     run_dir.close()
     return summary
 

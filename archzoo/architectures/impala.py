@@ -158,21 +158,23 @@ def _model(cfg: argparse.Namespace, spec: EnvSpec) -> ActorCritic:
     return ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)
 
 
-def _learner(cfg: argparse.Namespace, spec: EnvSpec, device: torch.device) -> ImpalaLearner:
+def _learner(cfg: argparse.Namespace, spec: EnvSpec, device: torch.device,
+             cls: type[ImpalaLearner] = ImpalaLearner) -> ImpalaLearner:
+    """The learner from the flags; ``cls`` picks the loss (GA3C's A3C variant)."""
     loss_cfg = ImpalaLossConfig(gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
                                 baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef)
-    return ImpalaLearner(_model(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm, device,
-                         cfg.optimizer)
+    return cls(_model(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm, device, cfg.optimizer)
 
 
 def _actor_seed(cfg: argparse.Namespace, rank: int) -> int:
     return cfg.seed * 1000 + rank
 
 
-def _monitor(ctx: RankContext, run_dir: RunDir) -> Monitor:
+def _monitor(ctx: RankContext, run_dir: RunDir, arch: str = NAME) -> Monitor:
+    """The deciding rank's Monitor (also SEED's and GA3C's, which pass their name)."""
     cfg = ctx.cfg
     return Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
-                   cfg.log_interval, f"{NAME}/{ctx.transport.backend if ctx.transport else '-'}",
+                   cfg.log_interval, f"{arch}/{ctx.transport.backend if ctx.transport else '-'}",
                    quiet=cfg.quiet)
 
 
@@ -183,8 +185,10 @@ def _account(mon: Monitor, msg: Message, learner_version: int) -> None:
     mon.add_lag(learner_version - int(msg["version"]))
 
 
-def _save(ctx: RankContext, run_dir: RunDir, learner: ImpalaLearner, spec: EnvSpec) -> None:
-    run_dir.save_policy(learner.model, {"arch": NAME, "env": spec.env_id,
+def _save(ctx: RankContext, run_dir: RunDir, learner: ImpalaLearner, spec: EnvSpec,
+          arch: str = NAME) -> None:
+    """policy.pt of an actor-critic learner (also SEED's and GA3C's)."""
+    run_dir.save_policy(learner.model, {"arch": arch, "env": spec.env_id,
                                         "obs_shape": list(spec.obs_shape),
                                         "num_actions": spec.num_actions,
                                         "hidden": ctx.cfg.hidden})

@@ -70,12 +70,8 @@ def validate(cfg: argparse.Namespace) -> str | None:
     return validate_inference(cfg) or impala.validate_vtrace(cfg)
 
 
-def world_size_for(cfg: argparse.Namespace, actors: int) -> int:
-    return actors + 1 if actors > 0 else 1
-
-
-def actors_for(cfg: argparse.Namespace, world_size: int) -> int:
-    return world_size - 1
+world_size_for = impala.world_size_for  # one learner plus the actors
+actors_for = impala.actors_for
 
 
 def topology_applied(cfg: argparse.Namespace) -> str:
@@ -123,20 +119,6 @@ class SeedLearner:
         return {str(a): b.restarts for a, b in self.builders.items() if b.restarts}
 
 
-def _monitor(ctx: RankContext, run_dir: RunDir) -> Monitor:
-    cfg = ctx.cfg
-    label = f"{NAME}/{ctx.transport.backend if ctx.transport else '-'}"
-    return Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
-                   cfg.log_interval, label, quiet=cfg.quiet)
-
-
-def _save(ctx: RankContext, run_dir: RunDir, sl: SeedLearner, spec: EnvSpec) -> None:
-    run_dir.save_policy(sl.learner.model, {"arch": NAME, "env": spec.env_id,
-                                           "obs_shape": list(spec.obs_shape),
-                                           "num_actions": spec.num_actions,
-                                           "hidden": ctx.cfg.hidden})
-
-
 def run(ctx: RankContext) -> dict[str, Any] | None:
     spec = env_spec(ctx.cfg.env)
     if ctx.world_size == 1:
@@ -151,7 +133,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the actor asks the learner's policy directly, a batch of one."""
     cfg = ctx.cfg
     run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = _monitor(ctx, run_dir)
+    mon = impala._monitor(ctx, run_dir, NAME)
     sl = SeedLearner(cfg, spec, mon, [0])
     E = cfg.envs_per_actor
     client = LocalPolicyClient(sl.policy, request_schema(spec, E), reply_schema(spec, E),
@@ -171,7 +153,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                           sl.learner.device, sl.learner.version, timers,
                           {"inference": inference_summary(None, client)})
     run_dir.write_summary(summary)
-    _save(ctx, run_dir, sl, spec)
+    impala._save(ctx, run_dir, sl.learner, spec, NAME)
     run_dir.close()
     return summary
 
@@ -185,7 +167,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     handshake_root(control, actors, {"request": req_s.digest(), "reply": rep_s.digest()},
                    cfg.startup_timeout)
     run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = _monitor(ctx, run_dir)
+    mon = impala._monitor(ctx, run_dir, NAME)
     sl = SeedLearner(cfg, spec, mon, actors)
     server = InferenceServer(t, req_s, rep_s, actors, sl.policy, cfg.max_batch,
                              cfg.max_wait_us * 1e-6, TAG_INFER_REQUEST, TAG_INFER_REPLY,
@@ -197,7 +179,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         served = server.serve()
         updated = sl.maybe_update()
         if served or updated:
-            backoff = Backoff(t.idle, t.spin_s)
+            backoff.reset()
         else:
             backoff.pause()
         c = t.counters.totals()
@@ -234,7 +216,7 @@ def _finish(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str, sl: Seed
     summary = run_summary(ctx, mon, stop, NAME, cfg.topology, topology_applied(cfg),
                           sl.learner.device, sl.learner.version, breakdown, extra)
     run_dir.write_summary(summary)
-    _save(ctx, run_dir, sl, spec)
+    impala._save(ctx, run_dir, sl.learner, spec, NAME)
     run_dir.close()
     return summary
 

@@ -93,6 +93,11 @@ class Backoff:
         self._spin_s = spin_s
         self._max_sleep_s = max_sleep_s
 
+    def reset(self) -> None:
+        """Progress was made: spin again before sleeping."""
+        self._t0 = time.perf_counter()
+        self._sleep = 2.5e-5
+
     def pause(self) -> None:
         if time.perf_counter() - self._t0 < self._spin_s:
             return
