@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -315,3 +316,13 @@ class InferenceServer:
                     self.t.wait(req, timeout_s)
                 except PeerFailure as e:
                     self._drop(p, e)
+
+
+def inference_summary(server: InferenceServer | None, client: Any = None) -> dict[str, Any]:
+    """summary.json's "inference" entry: batches, mean batch size and latency, dead actors
+    (from the server, or from a :class:`~actors.remote.LocalPolicyClient` in one process)."""
+    if server is not None:
+        return {**server.stats.summary(), "max_batch": server.max_batch,
+                "max_wait_us": server.max_wait_s * 1e6, "dead_actors": server.dead}
+    return {"batches": client.seq, "requests": client.seq, "mean_batch_size": 1.0,
+            "mean_latency_ms": 1e3 * client.round_trip_s / max(1, client.seq)}

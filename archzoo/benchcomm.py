@@ -54,6 +54,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from archzoo.errors import EXIT_USAGE, UsageError
+
 BACKENDS = ("gloo", "mpi")
 OPS = ("all_reduce", "broadcast")
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
@@ -64,7 +66,6 @@ DEFAULT_REPEATS = 5
 SMALL = 64 << 10  # sizes up to this use the full --iters
 GRACE_S = 15.0  # after one rank fails, the others get this long to notice before being killed
 STARTUP_S = 120.0
-EXIT_USAGE = 2
 UNITS = {"b": 1, "kb": 10 ** 3, "kib": 1 << 10, "mb": 10 ** 6, "mib": 1 << 20,
          "gb": 10 ** 9, "gib": 1 << 30}
 CSV_FIELDS = [
@@ -73,10 +74,6 @@ CSV_FIELDS = [
     "bytes_total", "rounds_per_rank", "msgs_per_rank", "bytes_per_rank",
     "expected_rounds_per_rank", "expected_msgs_per_rank", "counts_ok", "model_s",
 ]
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,12 +1,13 @@
 """``archzoo list | run ARCH | eval RUN_DIR``.
 
 Arguments are validated on every rank before any process group exists; a bad one gives
-one line on rank 0's stderr and exit code 2, no traceback (DESIGN.md, Launching).
+one line on rank 0's stderr and exit code 2, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -14,12 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from archzoo.config import Rules, RunConfig, flag_fields, flag_name
+from archzoo.errors import EXIT_USAGE, UsageError
+
 T_START = float(os.environ.get("ARCHZOO_LAUNCH_TIME", time.time()))
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,61 +26,57 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _common_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("run")
-    g.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
-    g.add_argument("--actors", type=int, default=None,
-                   help="actor processes (default 2; 0 = learner and actor in one process, "
-                        "no transport; under a launcher it follows from the world size)")
-    g.add_argument("--envs-per-actor", type=int, default=16, help="vector envs per actor")
-    g.add_argument("--backend", choices=("gloo", "mpi"), default=None,
-                   help="transport engine (default: mpi under mpiexec, else gloo)")
-    g.add_argument("--mode", choices=("sync", "async"), default="async")
-    g.add_argument("--topology", choices=("star", "tree", "butterfly", "ring", "native"),
-                   default=None, help="schedule of parameter broadcasts and reductions "
-                   "(default: the architecture's own: star, or ring for gala)")
-    g.add_argument("--fanout", type=int, default=2, help="tree fan-out / butterfly radix m")
-    g.add_argument("--total-steps", type=int, default=2_000_000, help="env-step budget")
-    g.add_argument("--target-return", type=float, default=None,
-                   help="stop when the mean return of the last 100 episodes reaches this "
-                        "(default: the env's reward threshold, 475 for CartPole-v1)")
-    g.add_argument("--time-limit", type=float, default=600.0, help="seconds")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--run-dir", default=None, help="default runs/ARCH-ENV-BACKEND-TIME")
-    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="learner device")
-    g.add_argument("--config", default=None, help="JSON or TOML file of flag values")
-    g.add_argument("--comm-timeout", type=float, default=60.0,
-                   help="deadline (s) of every wait on a peer")
-    g.add_argument("--startup-timeout", type=float, default=120.0,
-                   help="deadline (s) for all ranks to join")
-    g.add_argument("--log-interval", type=float, default=2.0, help="seconds between rows")
-    g.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    g.add_argument("--quiet", action="store_true", help="no progress lines")
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _field_type(f: dataclasses.Field) -> str:
+    """'int', 'float', 'str' or 'bool' from a field's annotation ('int | None' -> 'int')."""
+    return str(f.type).split("|")[0].strip()
+
+
+def _add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
+    """One flag per field of ``cls``, grouped, each default shown once.
+
+    Defaults are suppressed in the namespace, so the parse says which flags were given;
+    :func:`parse_run` lays them over the config file and the class's defaults."""
+    groups: dict[str, Any] = {}
+    for f in flag_fields(cls):
+        meta = f.metadata
+        g = groups.get(meta["group"]) or groups.setdefault(
+            meta["group"], p.add_argument_group(meta["group"]))
+        kind = _field_type(f)
+        shown = "" if f.default in (None, False, "") else f" (default: {f.default})"
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
+                              "help": meta["help"] + shown}
+        if kind == "bool":
+            kw["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+        else:
+            kw["type"] = _TYPES[kind]
+            kw["metavar"] = f.name.upper() if not meta["choices"] else None
+            if meta["choices"]:
+                kw["choices"] = meta["choices"]
+        g.add_argument(flag_name(f.name), **kw)
 
 
 def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
-    from archzoo.architectures import ARCHITECTURES, load
+    from archzoo.architectures import ARCHITECTURES
 
     p = _Parser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("list", help="name the architectures")
+    sub.add_parser("list", help="the architectures: roles, modes, topologies")
     sub.add_parser("study", help="sweep topologies/actors/backends/modes (archzoo study -h)",
                    add_help=False)
     sub.add_parser("bench", help="archzoo bench comm: collectives per topology (-h)",
                    add_help=False)
-    run = sub.add_parser("run", help="run an architecture",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    run = sub.add_parser("run", help="run an architecture")
     run.add_argument("arch", help=f"one of: {', '.join(ARCHITECTURES)}")
-    _common_arguments(run)
-    if arch in ARCHITECTURES:
-        load(arch).add_arguments(run)
+    _add_config_flags(run, ARCHITECTURES[arch].config if arch in ARCHITECTURES else RunConfig)
     ev = sub.add_parser("eval", help="replay a run's final policy")
     ev.add_argument("run_dir")
-    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
     ev.add_argument("--greedy", action="store_true",
                     help="take the most likely action (default: sample, as in training)")
-    ev.add_argument("--seed", type=int, default=12345)
+    ev.add_argument("--seed", type=int, default=12345, help="(default: 12345)")
     return p
 
 
@@ -91,7 +86,8 @@ def _arch_from_argv(argv: list[str]) -> str | None:
     return None
 
 
-def _load_config_file(path: str) -> dict[str, Any]:
+def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
+    """Flag values from a JSON or TOML file, keyed by field name, checked against ``cls``."""
     f = Path(path)
     if not f.is_file():
         raise UsageError(f"--config: no such file {path!r}")
@@ -106,89 +102,100 @@ def _load_config_file(path: str) -> dict[str, Any]:
         raise UsageError(f"--config {path}: cannot parse: {e}") from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a table/object of flag values")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    values = {k.replace("-", "_"): v for k, v in data.items()}
+    fields = {fl.name: fl for fl in flag_fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise UsageError(f"--config {path}: unknown keys {', '.join(unknown)}")
+    for k, v in values.items():
+        kind = _field_type(fields[k])
+        ok = v is None or (isinstance(v, bool) if kind == "bool" else
+                           isinstance(v, (int, float)) and not isinstance(v, bool)
+                           if kind == "float" else isinstance(v, _TYPES[kind])
+                           and not isinstance(v, bool))
+        if not ok:
+            raise UsageError(f"--config {path}: {k} = {v!r} is not a {kind}")
+        if kind == "float" and v is not None:
+            values[k] = float(v)
+    return values
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse (and merge a --config file under explicit flags)."""
-    parser = build_parser(_arch_from_argv(argv))
-    args = parser.parse_args(argv)
-    if args.command == "run" and args.config:
-        file_values = _load_config_file(args.config)
-        known = set(vars(args))
-        unknown = sorted(set(file_values) - known - {"arch", "command"})
-        if unknown:
-            raise UsageError(f"--config {args.config}: unknown keys {', '.join(unknown)}")
-        run_parser = parser._subparsers._group_actions[0].choices["run"]  # type: ignore
-        run_parser.set_defaults(**file_values)
-        args = parser.parse_args(argv)
-    args.actors_given = args.command == "run" and args.actors is not None
-    return args
+def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
+    """``archzoo run ARCH ...`` as the architecture's config, and the flags given."""
+    from archzoo.architectures import get
+
+    args = build_parser(_arch_from_argv(argv)).parse_args(argv)
+    try:
+        cls = get(args.arch).config
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    given = set(vars(args)) - {"command", "arch"}
+    values = _load_config_file(args.config, cls) if getattr(args, "config", None) else {}
+    values.update({k: getattr(args, k) for k in given})
+    return cls(arch=args.arch, **values), given
 
 
-def validate_run(args: argparse.Namespace) -> Any:
-    """Check every flag and the launch; resolve defaults. Returns (arch module, Launch)."""
-    from archzoo.architectures import ARCHITECTURES, load
+def parse(argv: list[str]) -> Any:
+    """A run's config for ``run``; the parsed namespace for the other commands."""
+    if argv[:1] == ["run"]:
+        return parse_run(argv)[0]
+    return build_parser(_arch_from_argv(argv)).parse_args(argv)
+
+
+def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, int]:
+    """Check the config and the launch; resolve what the user left open.
+
+    Returns (architecture module, Launch, resolved config, world size); the config that
+    came in is not changed."""
+    from archzoo.architectures import get
     from archzoo.comm.factory import detect_launch
     from archzoo.envs import EnvError, env_spec
 
-    if args.arch not in ARCHITECTURES:
-        raise UsageError(f"unknown architecture {args.arch!r} "
-                         f"(known: {', '.join(sorted(ARCHITECTURES))})")
-    arch = load(args.arch)
-    for flag, value, low in (("--envs-per-actor", args.envs_per_actor, 1),
-                             ("--fanout", args.fanout, 2),
-                             ("--total-steps", args.total_steps, 1),
-                             ("--threads", args.threads, 1)):
-        if value < low:
-            raise UsageError(f"{flag} must be >= {low}, got {value}")
-    for flag, value in (("--time-limit", args.time_limit), ("--comm-timeout", args.comm_timeout),
-                        ("--startup-timeout", args.startup_timeout),
-                        ("--log-interval", args.log_interval)):
-        if not value > 0:
-            raise UsageError(f"{flag} must be > 0, got {value}")
-    if args.actors is not None and args.actors < 0:
-        raise UsageError(f"--actors must be >= 0, got {args.actors}")
+    arch = get(cfg.arch).load()
+    rules = Rules()
+    RunConfig.check(cfg, rules)  # the common flags first, before the env is made
+    if rules.problem:
+        raise UsageError(rules.problem)
     try:
-        spec = env_spec(args.env)
+        env_spec(cfg.env)
     except EnvError as e:
         raise UsageError(str(e)) from None
-    if args.target_return is None:
+    changes: dict[str, Any] = {}
+    if cfg.target_return is None:
         import gymnasium as gym
 
-        args.target_return = gym.spec(args.env).reward_threshold
-
+        changes["target_return"] = gym.spec(cfg.env).reward_threshold
     launch = detect_launch()
     if launch.launcher in ("torchrun", "embedded"):
-        if args.backend == "mpi":
+        if cfg.backend == "mpi":
             raise UsageError("--backend mpi needs mpiexec (mpiexec -n N python -m archzoo ...); "
                              "under torchrun use gloo")
-        args.backend = "gloo"
+        changes["backend"] = "gloo"
     elif launch.launcher == "mpiexec":
-        if args.backend == "gloo":
+        if cfg.backend == "gloo":
             raise UsageError("under mpiexec use --backend mpi (gloo needs torchrun or no launcher)")
-        args.backend = "mpi"
+        changes["backend"] = "mpi"
     else:
-        args.backend = args.backend or "gloo"
+        changes["backend"] = cfg.backend or "gloo"
     if launch.under_launcher:
-        expected_actors = arch.actors_for(args, launch.world_size)
-        if args.actors_given and arch.world_size_for(args, args.actors) != launch.world_size:
-            raise UsageError(f"--actors {args.actors} contradicts the launcher's world size "
-                             f"{launch.world_size} (that is --actors {expected_actors})")
-        if expected_actors < 1 and launch.world_size > 1:
-            need = arch.world_size_for(args, 1)
-            raise UsageError(f"{args.arch} needs at least {need} processes with these flags, "
-                             f"the launcher started {launch.world_size}")
-        args.actors = expected_actors
-    elif args.actors is None:
-        args.actors = 2
-    world = launch.world_size if launch.under_launcher else arch.world_size_for(args, args.actors)
-    if args.topology is None:
-        args.topology = getattr(arch, "DEFAULT_TOPOLOGY", "star")
-    problem = arch.validate(args)
+        expected = cfg.actors_for(launch.world_size)
+        if "actors" in given and cfg.world_size(cfg.actors) != launch.world_size:
+            raise UsageError(f"--actors {cfg.actors} contradicts the launcher's world size "
+                             f"{launch.world_size} (that is --actors {expected})")
+        if expected < 1 and launch.world_size > 1:
+            raise UsageError(f"{cfg.arch} needs at least {cfg.world_size(1)} processes with "
+                             f"these flags, the launcher started {launch.world_size}")
+        changes["actors"] = expected
+    elif cfg.actors is None:
+        changes["actors"] = 2
+    if cfg.topology is None:
+        changes["topology"] = cfg.default_topology
+    cfg = cfg.replace(**changes)
+    problem = cfg.problem()
     if problem:
         raise UsageError(problem)
-    if args.backend == "mpi":
+    world = launch.world_size if launch.under_launcher else cfg.world_size(cfg.actors)
+    if cfg.backend == "mpi":
         import importlib.util
 
         from archzoo.launcher import find_mpiexec
@@ -197,20 +204,20 @@ def validate_run(args: argparse.Namespace) -> Any:
             raise UsageError("--backend mpi: mpi4py is not installed (pip install mpi4py mpich)")
         if not launch.under_launcher and world > 1 and find_mpiexec() is None:
             raise UsageError("--backend mpi: mpiexec not found (pip install mpich)")
-    if args.device == "cuda":
+    if cfg.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available "
                              "(use --device auto or cpu)")
-    if args.run_dir is None:
+    if cfg.run_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        args.run_dir = str(Path("runs") / f"{args.arch}-{args.env}-{args.backend}-{stamp}")
-    args.env_spec = {"obs_shape": list(spec.obs_shape), "num_actions": spec.num_actions}
-    return arch, launch, world
+        cfg = cfg.replace(run_dir=str(Path("runs") /
+                                      f"{cfg.arch}-{cfg.env}-{cfg.backend}-{stamp}"))
+    return arch, launch, cfg, world
 
 
-def _forward_argv(argv: list[str], args: argparse.Namespace) -> list[str]:
+def _forward_argv(argv: list[str], args: RunConfig) -> list[str]:
     """The child command: the user's flags plus what the parent resolved."""
     out = list(argv)
     if "--run-dir" not in argv:
@@ -220,25 +227,28 @@ def _forward_argv(argv: list[str], args: argparse.Namespace) -> list[str]:
     return out
 
 
-def cmd_run(argv: list[str], args: argparse.Namespace) -> int:
-    arch, launch, world = validate_run(args)
+def cmd_run(argv: list[str]) -> int:
+    cfg, given = parse_run(argv)
+    arch, launch, cfg, world = validate_run(cfg, given)
     if not launch.under_launcher and world > 1:
         from archzoo import launcher
 
-        child = _forward_argv(argv, args)
-        if args.backend == "mpi":
+        child = _forward_argv(argv, cfg)
+        if cfg.backend == "mpi":
             return launcher.run_mpiexec(child, world)
         return launcher.run_gloo(child, world)
     from archzoo.worker import run_rank
 
-    return run_rank(arch, args, launch, T_START)
+    return run_rank(arch, cfg, launch, T_START)
 
 
 def cmd_list() -> int:
     from archzoo.architectures import ARCHITECTURES
 
-    for name, (_, desc) in ARCHITECTURES.items():
-        print(f"{name:10s} {desc}")
+    for a in ARCHITECTURES.values():
+        print(f"{a.name:8s} {a.description}")
+        print(f"{'':8s}   roles: {a.roles}; modes: {'/'.join(a.modes)}; "
+              f"topologies: {'/'.join(a.topologies)}")
     return 0
 
 
@@ -261,14 +271,14 @@ def main(argv: list[str] | None = None) -> int:
             return benchcomm.main(argv[2:])
         if any(a in ("-h", "--help") for a in argv):
             build_parser(_arch_from_argv(argv)).parse_args(argv)
+        if argv[:1] == ["run"]:
+            return cmd_run(argv)
         args = parse(argv)
         if args.command == "list":
             return cmd_list()
-        if args.command == "eval":
-            from archzoo.evaluate import cmd_eval
+        from archzoo.evaluate import cmd_eval
 
-            return cmd_eval(args)
-        return cmd_run(argv, args)
+        return cmd_eval(args)
     except UsageError as e:
         if rank == 0:
             print(f"archzoo: error: {e}", file=sys.stderr)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from archzoo.errors import UsageError
+
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from archzoo.cli import UsageError
-
     run_dir = Path(args.run_dir)
     policy = run_dir / "policy.pt"
     if not policy.is_file():

@@ -9,27 +9,27 @@ the surviving ranks. gloo cannot withdraw posted receives, so a gloo rank ends w
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import traceback
-from types import ModuleType
 
-from archzoo.architectures.common import RankContext
+from archzoo.architectures import ArchModule
 from archzoo.comm import CommError
 from archzoo.comm.factory import Launch, make_transport
+from archzoo.config import RunConfig
+from archzoo.harness import RankContext
 
 
 def _say(rank: int, msg: str) -> None:
     print(f"archzoo: rank {rank}: error: {msg}", file=sys.stderr, flush=True)
 
 
-def run_rank(arch: ModuleType, args: argparse.Namespace, launch: Launch, t_start: float) -> int:
+def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
     if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        args = args.replace(device="cuda" if torch.cuda.is_available() else "cpu")
         if launch.rank == 0 and not args.quiet:
             found = "using CUDA" if args.device == "cuda" else "no CUDA device, using the CPU"
             print(f"archzoo: --device auto: {found}", flush=True)
@@ -63,7 +63,7 @@ def run_rank(arch: ModuleType, args: argparse.Namespace, launch: Launch, t_start
     return code
 
 
-def _print_summary(s: dict, args: argparse.Namespace) -> None:
+def _print_summary(s: dict, args: RunConfig) -> None:
     ttt = s.get("time_to_target_s")
     solved = f"solved in {ttt:.1f}s / {s['env_steps_to_target']:,} steps" if ttt is not None \
         else f"not solved ({s['stop_reason']})"

@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 
 from learners.a2c import a2c_loss, n_step_returns
-from learners.impala import ImpalaLearner
+from learners.vtrace_learner import VTraceLearner
 
 
-class A3CUnrollLearner(ImpalaLearner):
-    """:class:`~learners.impala.ImpalaLearner` with the A3C loss instead of V-trace."""
+class A3CUnrollLearner(VTraceLearner):
+    """:class:`~learners.vtrace_learner.VTraceLearner` with the A3C loss instead of V-trace."""
 
     def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

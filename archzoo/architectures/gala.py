@@ -1,18 +1,20 @@
 """GALA / PALA: A2C agents that average their models by gossip over a ring.
 
-Assran et al. 2019 (GALA, Algorithm 1) and seed 002 (PALA, Algorithm 2): N agents, each
-an A2C learner with its own E environments, take local n-step actor-critic steps
-(Mnih et al. 2016; learners/a2c.py) and, every ``--gossip-every`` updates, replace their
-parameters with a doubly stochastic average of their own and their two ring neighbours'
-(archzoo/topology/ring.py, ``gossip_average``). No parameter server and no central
-learner: the only communication is neighbour-to-neighbour on the ring, plus episode
-statistics to rank 0 and a one-element stop flag that rank 0 broadcasts along the ring
-at each gossip round (so every agent leaves after the same round).
+Assran et al. 2019 (GALA, Algorithm 1): N agents, each an A2C learner with its own E
+environments, take local n-step actor-critic steps (Mnih et al. 2016; learners/a2c.py)
+and, every ``--gossip-every`` updates, replace their parameters with a doubly stochastic
+average of their own and their two ring neighbours' (``gossip_average`` of
+archzoo/topology/ring.py). No parameter server and no central learner: the only
+communication is neighbour-to-neighbour on the ring, plus episode statistics to rank 0
+and a one-element stop flag that rank 0 broadcasts along the ring at each gossip round
+(so every agent leaves after the same round).
+
+Role map: every rank is an agent; rank 0 also keeps the learning curve and decides when
+to stop. ``--actors 0`` (or 1) is one agent with no transport.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
@@ -20,167 +22,168 @@ import numpy as np
 import torch
 
 from actors.segment import SegmentActor
-from archzoo.architectures.common import (
+from archzoo import builders
+from archzoo.comm import ControlChannel
+from archzoo.config import GalaConfig
+from archzoo.envs import EnvSpec, env_spec
+from archzoo.harness import (
     TAG_CONTROL,
     TAG_TOPOLOGY,
     LeafControl,
     RankContext,
+    StatsReporter,
     absorb_stats,
+    actor_seed,
+    byte_totals,
     finish_leaf,
     finish_root,
+    finish_run,
     handshake_leaf,
     handshake_root,
-    run_summary,
-    stats_message,
+    open_run,
 )
-from archzoo.comm import ControlChannel
-from archzoo.envs import env_spec
-from archzoo.nets import ActorCritic, get_flat, num_params, set_flat, set_flat_grad
-from archzoo.runlog import Monitor, RunDir, Timers
+from archzoo.nets import get_flat, num_params, set_flat, set_flat_grad
+from archzoo.runlog import Monitor, Timers
 from archzoo.topology.factory import make_topology
 from archzoo.topology.star import params_schema
-from learners.a2c import A2CConfig, a2c_gradient
+from learners.a2c import a2c_gradient
 
-NAME = "gala"
-DESCRIPTION = "GALA/PALA: A2C agents averaging their models by gossip over a ring"
-DEFAULT_TOPOLOGY = "ring"
+APPLIED = "model averaging by gossip between ring neighbours; stop flag broadcast along the ring"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """GALA's hyper-parameters, with defaults that solve CartPole-v1."""
-    g = p.add_argument_group("GALA")
-    g.add_argument("--t-max", type=int, default=5, help="steps per A2C segment")
-    g.add_argument("--lr", type=float, default=7e-4, help="RMSProp learning rate")
-    g.add_argument("--gamma", type=float, default=0.99, help="discount γ")
-    g.add_argument("--value-coef", type=float, default=0.5, help="value-loss weight")
-    g.add_argument("--entropy-coef", type=float, default=0.01, help="entropy-bonus weight")
-    g.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient-norm clip")
-    g.add_argument("--hidden", type=int, default=64, help="MLP width")
-    g.add_argument("--gossip-every", type=int, default=1,
-                   help="local updates between gossip rounds")
+class Agent:
+    """One A2C learner with its own envs (the same on every rank)."""
 
+    def __init__(self, ctx: RankContext, spec: EnvSpec) -> None:
+        cfg: GalaConfig = ctx.cfg
+        self.cfg = cfg
+        self.model = builders.actor_critic(cfg, spec)  # every agent: the same parameters
+        self.opt = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr, alpha=0.99,
+                                       eps=1e-5)
+        self.a2c = builders.a2c_loss_config(cfg)
+        self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
+                                  actor_seed(cfg.seed, ctx.rank))
+        self.flat = np.zeros(num_params(self.model), np.float32)
+        self.timers = Timers()
+        self.updates = 0
+        self.steps_last = 0
+        self.first_step_time = time.time()
 
-def validate(cfg: argparse.Namespace) -> str | None:
-    if cfg.topology != "ring":
-        return (f"gala cannot use --topology {cfg.topology}: its agents gossip with their "
-                "ring neighbours (--topology ring)")
-    if cfg.mode != "async":
-        return "gala has no --mode sync: its agents step on their own between gossip rounds"
-    for flag, ok in (("--t-max", cfg.t_max >= 1), ("--lr", cfg.lr > 0),
-                     ("--gamma", 0 <= cfg.gamma <= 1), ("--hidden", cfg.hidden >= 1),
-                     ("--gossip-every", cfg.gossip_every >= 1),
-                     ("--max-grad-norm", cfg.max_grad_norm > 0)):
-        if not ok:
-            return f"{flag}: bad value"
-    return None
+    def step(self) -> np.ndarray:
+        """One segment and one local A2C update; returns the finished episodes' returns."""
+        seg = self.actor.collect()
+        with self.timers("update"):
+            grad, _ = a2c_gradient(self.model, seg, self.a2c)
+            set_flat_grad(self.model, grad)
+            self.opt.step()
+        self.updates += 1
+        self.steps_last = seg.num_steps
+        return seg.ep_returns
 
+    def gossip(self, ring, stop_flag: np.ndarray, root: int) -> bool:
+        """Every ``--gossip-every`` updates: average with the neighbours (GALA Algorithm 1,
+        line 8) and learn rank 0's stop decision. True when the run stops."""
+        if self.updates % self.cfg.gossip_every:
+            return False
+        with self.timers("comm"):
+            get_flat(self.model, self.flat)
+            ring.gossip_average(self.flat)
+            set_flat(self.model, self.flat)
+            ring.broadcast(stop_flag, root)
+        return bool(stop_flag[0])
 
-def world_size_for(cfg: argparse.Namespace, actors: int) -> int:
-    """One process per agent (``--actors`` counts agents; 0 = one agent, no gossip)."""
-    return max(1, actors)
-
-
-def actors_for(cfg: argparse.Namespace, world_size: int) -> int:
-    return world_size
+    def timing(self, t) -> dict[str, float]:
+        self.actor.close()
+        return {"env": self.actor.env_s, "inference": self.actor.inference_s,
+                "update": self.timers.s.get("update", 0.0),
+                "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s if t else 0.0}
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    cfg, t = ctx.cfg, ctx.transport
-    spec = env_spec(cfg.env)
-    root, n = 0, ctx.world_size
-    torch.manual_seed(cfg.seed)  # every agent starts from the same parameters
-    model = ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)
-    opt = torch.optim.RMSprop(model.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5)
-    a2c = A2CConfig(gamma=cfg.gamma, t_max=cfg.t_max, value_coef=cfg.value_coef,
-                    entropy_coef=cfg.entropy_coef, max_grad_norm=cfg.max_grad_norm)
-    leaves = list(range(1, n))
-    control = ring = lc = None
-    if t is not None:
-        control = ControlChannel(t, leaves if ctx.rank == root else [root], TAG_CONTROL)
-        digests = {"params": params_schema(num_params(model)).digest()}
-        if ctx.rank == root:
-            handshake_root(control, leaves, digests, cfg.startup_timeout)
-        else:
-            handshake_leaf(control, root, digests, cfg.startup_timeout)
-            lc = LeafControl(control, root)
-        ring = make_topology("ring", t, tag=TAG_TOPOLOGY)
-    run_dir = mon = None
-    if ctx.rank == root:
-        run_dir = RunDir(cfg.run_dir, vars(cfg))
-        mon = Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
-                      cfg.log_interval, f"{NAME}/{t.backend if t else '-'}", quiet=cfg.quiet)
-    actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model, cfg.seed * 1000 + ctx.rank)
-    flat = np.zeros(num_params(model), np.float32)
-    stop_flag = np.zeros(1, np.float64)
-    timers = Timers()
-    first_step_time = time.time()
-    updates, reported, last_report = 0, 0, time.time()
-    pending: list[float] = []
+    spec = env_spec(ctx.cfg.env)
+    if ctx.transport is None:
+        return run_single(ctx, spec)
+    if ctx.rank == 0:
+        return run_deciding_agent(ctx, spec)
+    run_agent(ctx, spec)
+    return None
+
+
+def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
+    mon.add_steps(agent.steps_last, agent.first_step_time)
+    mon.add_episodes(returns)
+    mon.updates = agent.updates
+
+
+def _finish(ctx: RankContext, spec: EnvSpec, run_dir, mon: Monitor, stop: str | None,
+            agent: Agent, timing: dict[str, float], byes: dict[int, Any],
+            rounds: int) -> dict[str, Any]:
+    return finish_run(ctx, run_dir, mon, stop, policy=agent.model,
+                      meta=builders.policy_meta(ctx.cfg, spec), updates=agent.updates,
+                      topology="ring", applied=APPLIED, timers={"agent0": timing}, byes=byes,
+                      role="agent", extra={"agents": ctx.world_size, "gossip_rounds": rounds})
+
+
+def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """One agent, no gossip: the A2C baseline."""
+    run_dir, mon = open_run(ctx)
+    agent = Agent(ctx, spec)
     stop = None
+    while stop is None:
+        _feed(mon, agent, agent.step())
+        mon.maybe_log()
+        stop = mon.check_stop()
+    return _finish(ctx, spec, run_dir, mon, stop, agent, agent.timing(None), {}, 0)
+
+
+def _handshake(ctx: RankContext, spec: EnvSpec, control: ControlChannel, leaves: list[int]):
+    model = builders.actor_critic(ctx.cfg, spec)
+    digests = {"params": params_schema(num_params(model)).digest()}
+    if ctx.rank == 0:
+        handshake_root(control, leaves, digests, ctx.cfg.startup_timeout)
+    else:
+        handshake_leaf(control, 0, digests, ctx.cfg.startup_timeout)
+    return make_topology("ring", ctx.transport, tag=TAG_TOPOLOGY)
+
+
+def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """Rank 0: an agent that also folds the others' statistics into the learning curve."""
+    t = ctx.transport
+    leaves = list(range(1, ctx.world_size))
+    control = ControlChannel(t, leaves, TAG_CONTROL)
+    ring = _handshake(ctx, spec, control, leaves)
+    run_dir, mon = open_run(ctx)
+    agent = Agent(ctx, spec)
+    stop_flag = np.zeros(1, np.float64)
     while True:
-        seg = actor.collect()
-        with timers("update"):
-            grad, _ = a2c_gradient(model, seg, a2c)
-            set_flat_grad(model, grad)
-            opt.step()
-        updates += 1
-        if mon is not None:
-            mon.add_steps(seg.num_steps, first_step_time)
-            mon.add_episodes(seg.ep_returns)
-            mon.updates = updates
-            if control is not None:
-                for _, msg in control.poll():
-                    absorb_stats(mon, msg, updates)
-            mon.maybe_log(*_bytes(t))
-            stop = mon.check_stop()
-        elif time.time() - last_report >= 0.25:
-            pending.extend(seg.ep_returns.tolist())
-            control.send(root, stats_message(actor.env_steps - reported, pending, updates,
-                                             first_step_time))
-            reported, pending, last_report = actor.env_steps, [], time.time()
-        else:
-            pending.extend(seg.ep_returns.tolist())
-        if ring is None:
-            if stop is not None:
-                break
-            continue
-        if updates % cfg.gossip_every == 0:
-            with timers("comm"):
-                get_flat(model, flat)
-                ring.gossip_average(flat)  # GALA Algorithm 1: average with the neighbours
-                set_flat(model, flat)
-                stop_flag[0] = 1.0 if stop is not None else 0.0
-                ring.broadcast(stop_flag, root)
-            if stop_flag[0]:
-                break
-    actor.close()
-    timing = {"env": actor.env_s, "inference": actor.inference_s,
-              "update": timers.s.get("update", 0.0), "comm": timers.s.get("comm", 0.0),
-              "wait": t.wait_s if t else 0.0}
-    if ctx.rank != root:
-        finish_leaf(ctx, control, lc, root, {"timing": timing, "bytes": t.counters.totals(),
-                                             "updates": updates}, drain=lambda: None)
-        return None
-    byes = finish_root(ctx, control, leaves, lambda: None, lambda: None) if t else {}
-    mon.maybe_log(*_bytes(t), force=True)
-    breakdown = {"agent0": timing, **{f"agent{r}": b.get("timing", {}) for r, b in byes.items()}}
-    extra = {"agents": n, "gossip_rounds": ring.rounds if ring else 0,
-             "per_rank_bytes": {"0": t.counters.totals() if t else {},
-                                **{str(r): b.get("bytes", {}) for r, b in byes.items()}}}
-    applied = ("model averaging by gossip between ring neighbours; stop flag broadcast "
-               "along the ring" if ring else "single agent, no transport")
-    summary = run_summary(ctx, mon, stop, NAME, "ring" if ring else "none", applied, "cpu",
-                          updates, breakdown, extra)
-    run_dir.write_summary(summary)
-    run_dir.save_policy(model, {"arch": NAME, "env": spec.env_id,
-                                "obs_shape": list(spec.obs_shape),
-                                "num_actions": spec.num_actions, "hidden": cfg.hidden})
-    run_dir.close()
-    return summary
+        _feed(mon, agent, agent.step())
+        for _, msg in control.poll():
+            absorb_stats(mon, msg, agent.updates)
+        mon.maybe_log(*byte_totals(t))
+        stop = mon.check_stop()
+        stop_flag[0] = 1.0 if stop is not None else 0.0
+        if agent.gossip(ring, stop_flag, 0):
+            break
+    timing = agent.timing(t)
+    byes = finish_root(ctx, control, leaves, lambda: None, lambda: None)
+    return _finish(ctx, spec, run_dir, mon, stop, agent, timing, byes, ring.rounds)
 
 
-def _bytes(t) -> tuple[int, int]:
-    if t is None:
-        return 0, 0
-    c = t.counters.totals()
-    return c["bytes_sent"], c["bytes_recv"]
+def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
+    """Ranks 1..N−1: an agent that reports its episodes to rank 0."""
+    t = ctx.transport
+    control = ControlChannel(t, [0], TAG_CONTROL)
+    ring = _handshake(ctx, spec, control, [])
+    lc = LeafControl(control, 0)
+    agent = Agent(ctx, spec)
+    reporter = StatsReporter(control, 0)
+    stop_flag = np.zeros(1, np.float64)
+    while True:
+        reporter.add(agent.step())
+        reporter.maybe_report(agent.actor.env_steps, agent.updates, agent.first_step_time)
+        if agent.gossip(ring, stop_flag, 0):
+            break
+    timing = agent.timing(t)
+    finish_leaf(ctx, control, lc, 0, {"timing": timing, "bytes": t.counters.totals(),
+                                      "updates": agent.updates}, drain=lambda: None)
+

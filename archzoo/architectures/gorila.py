@@ -1,7 +1,7 @@
-"""Gorila (Nair et al. 2015; seed 004 §12.4.6): actors, a replay memory, several learners
-and a sharded parameter server, each a separate role.
+"""Gorila (Nair et al. 2015): actors, a replay memory, several learners and a sharded
+parameter server, each a separate role.
 
-Ranks: 0..K−1 parameter-server shards (``--ps-shards K``; rank 0 also keeps the learning
+Role map: 0..K−1 parameter-server shards (``--ps-shards K``; rank 0 also keeps the learning
 curve and decides when to stop), rank K the replay memory (the Ape-X replay server,
 uniform unless ``--prioritized``), then ``--learners L`` learners, then the actors.
 
@@ -17,7 +17,6 @@ uniform unless ``--prioritized``), then ``--learners L`` learners, then the acto
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 from typing import Any
@@ -26,95 +25,59 @@ import numpy as np
 
 from actors.evaluation import GreedyEvaluator
 from actors.transitions import TransitionActor, epsilon
-from archzoo.architectures import apex
-from archzoo.architectures.common import (
+from archzoo import builders
+from archzoo.comm import ControlChannel
+from archzoo.comm.sender import DoubleBuffer
+from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
+from archzoo.envs import EnvSpec, env_spec
+from archzoo.harness import (
     TAG_CONTROL,
     TAG_SAMPLE_REPLY,
     TAG_SAMPLE_REQUEST,
     TAG_TRANSITIONS,
     LeafControl,
     RankContext,
+    StatsReporter,
     StopRequested,
+    actor_seed,
+    evaluator_seed,
     finish_leaf,
     finish_root,
+    finish_run,
     handshake_leaf,
     handshake_root,
-    run_summary,
+    open_run,
     serve_and_monitor,
-    stats_message,
 )
-from archzoo.comm import ControlChannel
-from archzoo.envs import EnvSpec, env_spec
+from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
-from archzoo.runlog import RunDir
 from archzoo.topology.star import params_schema
-from learners.dqn import QNetwork, dqn_gradient
+from learners.dqn import dqn_gradient
 from paramserver import ParamShard, PSClient, PSTags, make_optimizer, ps_schemas, shard_bounds
 from replay.server import RateLimiter, ReplayServer, ShardedReplayClient, transitions_schema
 
-NAME = "gorila"
-DESCRIPTION = "Gorila: actors, a replay memory, L learners and a sharded parameter server"
 PS_TAGS = PSTags.at(20)
 TAG_FINAL_PARAMS = 8
+APPLIED = ("gradients learner->shards, parameters shards->learners/actors, transitions "
+           "actor->replay, samples replay->learner: point-to-point")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Gorila's flags: Ape-X's replay/actor/DQN flags plus the server and learners."""
-    apex.add_arguments(p)
-    g = p.add_argument_group("Gorila")
-    g.add_argument("--ps-shards", type=int, default=1, help="parameter-server ranks")
-    g.add_argument("--learners", type=int, default=1, help="learner ranks")
-    g.add_argument("--prioritized", action="store_true",
-                   help="prioritized replay (Gorila's is uniform by default)")
-    g.add_argument("--staleness", type=int, default=None,
-                   help="drop gradients computed on parameters more than S versions old")
-    g.add_argument("--param-sync-every", type=int, default=1,
-                   help="actor batches between parameter pulls")
-    p.set_defaults(replay_shards=1)
-
-
-def validate(cfg: argparse.Namespace) -> str | None:
-    cfg.replay_shards = 1  # one replay memory; Ape-X's flag is not Gorila's
-    if cfg.topology != "star":
-        return (f"gorila cannot use --topology {cfg.topology}: gradients, parameters and "
-                "transitions all stream point-to-point (--topology star)")
-    if cfg.ps_shards < 1 or cfg.learners < 1:
-        return "--ps-shards and --learners must be >= 1"
-    if cfg.staleness is not None and cfg.staleness < 0:
-        return f"--staleness must be >= 0, got {cfg.staleness}"
-    if cfg.param_sync_every < 1:
-        return "--param-sync-every must be >= 1"
-    return apex.validate(cfg)
-
-
-def world_size_for(cfg: argparse.Namespace, actors: int) -> int:
-    """K shards + 1 replay + L learners + the actors; ``--actors 0`` is one process."""
-    return cfg.ps_shards + 1 + cfg.learners + actors if actors > 0 else 1
-
-
-def actors_for(cfg: argparse.Namespace, world_size: int) -> int:
-    return world_size - cfg.ps_shards - 1 - cfg.learners
-
-
-def roles(cfg: argparse.Namespace, world: int) -> tuple[list[int], int, list[int], list[int]]:
+def roles(cfg: GorilaConfig, world: int) -> tuple[list[int], int, list[int], list[int]]:
     """(PS shard ranks, replay rank, learner ranks, actor ranks)."""
     k, lrn = cfg.ps_shards, cfg.learners
     return (list(range(k)), k, list(range(k + 1, k + 1 + lrn)),
             list(range(k + 1 + lrn, world)))
 
 
-def _qnet(cfg: argparse.Namespace, spec: EnvSpec) -> QNetwork:
-    return apex._qnet(cfg, spec)
-
-
-def _digests(cfg: argparse.Namespace, spec: EnvSpec, n: int) -> dict[str, str]:
-    return {**apex._digests(cfg, spec, n), **{s.name: s.digest() for s in ps_schemas(n)}}
+def _digests(cfg: GorilaConfig, spec: EnvSpec, n: int) -> dict[str, str]:
+    return {**builders.replay_digests(cfg, spec, n),
+            **{s.name: s.digest() for s in ps_schemas(n)}}
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     spec = env_spec(ctx.cfg.env)
     if ctx.world_size == 1:
-        return apex.run_single(ctx, spec, NAME)
+        return run_single_dqn(ctx, spec)
     shards, replay, learners, actors = roles(ctx.cfg, ctx.world_size)
     if ctx.rank in shards:
         return run_shard(ctx, spec, shards, learners, actors)
@@ -130,7 +93,7 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list[int],
               actors: list[int]) -> dict[str, Any] | None:
     cfg, t = ctx.cfg, ctx.transport
-    model = _qnet(cfg, spec)
+    model = builders.q_network(cfg, spec)
     flat = np.zeros(num_params(model), np.float32)
     get_flat(model, flat)
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
@@ -151,49 +114,34 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     final = params_schema(len(flat)).new()
     final_req = t.irecv(final.buffer, learners[0], TAG_FINAL_PARAMS, "final parameters")
     handshake_root(control, leaves, digests, cfg.startup_timeout)
-    run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = apex._monitor(ctx, run_dir, NAME)
+    run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
     stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
     byes = finish_root(ctx, control, leaves, drain=shard.serve,
                        outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout))
-    c = t.counters.totals()
-    mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
     t.wait(final_req)
     set_flat(model, final["params"])
     ps = {"0": shard.stats.as_dict(), **{str(r): byes[r]["ps"] for r in shards[1:]}}
-    roles_of = {r: ("learner" if r in learners else "actor" if r in actors else
-                    "replay" if r == shards[-1] + 1 else "shard") for r in leaves}
-    timers = {f"{roles_of[r]}{r}": b.get("timing", {}) for r, b in byes.items()}
+    replay = shards[-1] + 1
     extra = {"ps_shards": len(shards), "learners": len(learners), "ps": ps,
-             "replay": byes[shards[-1] + 1].get("replay", {}),
-             "final_params_version": int(final["version"]),
-             "per_rank_bytes": {"0": c, **{str(r): b.get("bytes", {}) for r, b in byes.items()}}}
-    summary = run_summary(ctx, mon, stop, NAME, "star",
-                          "gradients learner->shards, parameters shards->learners/actors, "
-                          "transitions actor->replay, samples replay->learner: point-to-point",
-                          "cpu", shard.version, timers, extra)
-    run_dir.write_summary(summary)
-    apex._save(run_dir, _Holder(model), cfg, spec, NAME)
-    run_dir.close()
-    return summary
-
-
-class _Holder:
-    """What RunDir.save_policy reads from a learner: its ``model``."""
-
-    def __init__(self, model) -> None:
-        self.model = model
+             "replay": byes[replay].get("replay", {}),
+             "final_params_version": int(final["version"])}
+    role = {r: ("learner" if r in learners else "actor" if r in actors else
+                "replay" if r == replay else "shard") for r in leaves}
+    return finish_run(ctx, run_dir, mon, stop, policy=model,
+                      meta=builders.policy_meta(cfg, spec), updates=shard.version,
+                      topology="star", applied=APPLIED, byes=byes, role=role.get, extra=extra)
 
 
 def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: list[int]) -> None:
     cfg, t = ctx.cfg, ctx.transport
     control = ControlChannel(t, [0], TAG_CONTROL)
-    memory = apex._memory(cfg, spec, cfg.replay_capacity, cfg.seed * 1000 + ctx.rank)
+    memory = builders.replay_memory(cfg, spec, cfg.replay_capacity,
+                                    actor_seed(cfg.seed, ctx.rank))
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
-    server = ReplayServer(t, memory, spec.obs_shape, actors, learners, apex._insert_cap(cfg),
+    server = ReplayServer(t, memory, spec.obs_shape, actors, learners, cfg.insert_capacity(),
                           cfg.batch_size, limiter,
                           (TAG_TRANSITIONS, TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY))
-    handshake_leaf(control, 0, _digests(cfg, spec, num_params(_qnet(cfg, spec))),
+    handshake_leaf(control, 0, _digests(cfg, spec, num_params(builders.q_network(cfg, spec))),
                    cfg.startup_timeout)
     lc = LeafControl(control, 0)
     while not lc.stopped:
@@ -214,7 +162,7 @@ def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: lis
 def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
                 learners: list[int]) -> None:
     cfg, t = ctx.cfg, ctx.transport
-    online = _qnet(cfg, spec)
+    online = builders.q_network(cfg, spec)
     n = num_params(online)
     control = ControlChannel(t, [0], TAG_CONTROL)
     handshake_leaf(control, 0, _digests(cfg, spec, n), cfg.startup_timeout)
@@ -225,7 +173,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     target = copy.deepcopy(online).requires_grad_(False)
     samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
                                   cfg.prioritized, (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY),
-                                  cfg.seed * 1000 + ctx.rank)
+                                  actor_seed(cfg.seed, ctx.rank))
     steps = 0
     grad_s = 0.0
     try:
@@ -261,7 +209,7 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
               actors: list[int]) -> None:
     cfg, t = ctx.cfg, ctx.transport
     i = actors.index(ctx.rank)
-    model = _qnet(cfg, spec)
+    model = builders.q_network(cfg, spec)
     n = num_params(model)
     control = ControlChannel(t, [0], TAG_CONTROL)
     handshake_leaf(control, 0, _digests(cfg, spec, n), cfg.startup_timeout)
@@ -271,43 +219,28 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     set_flat(model, params)
     eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
-                            cfg.seed * 1000 + ctx.rank)
-    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, cfg.seed * 1000 + 500 + ctx.rank)
-    schema = transitions_schema(spec.obs_shape, apex._insert_cap(cfg))
-    out = [schema.new(), schema.new()]
-    sending: list = [None, None]
-    reported, pending_eval = 0, []
-    last_report = last_eval = time.time()
+                            actor_seed(cfg.seed, ctx.rank))
+    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, evaluator_seed(cfg.seed, ctx.rank))
+    out = DoubleBuffer(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), replay,
+                       TAG_TRANSITIONS, "transitions")
+    reporter = StatsReporter(control, 0)
     k = 0
     try:
         while True:
             lc.raise_if_stopped()
-            j = k % 2
-            if sending[j] is not None:
-                t.wait(sending[j], on_poll=lc.raise_if_stopped)
-            actor.collect(out[j], cfg.actor_batch)
-            sending[j] = t.isend(out[j].buffer, replay, TAG_TRANSITIONS, "transitions")
+            actor.collect(out.next(on_poll=lc.raise_if_stopped), cfg.actor_batch)
+            out.send()
             k += 1
             if k % cfg.param_sync_every == 0:
                 params, versions = ps.sync()
                 set_flat(model, params)
                 actor.version = int(versions[0])
-            now = time.time()
-            if now - last_eval >= cfg.eval_interval:
-                pending_eval.extend(evaluator.run(actor.greedy).tolist())
-                last_eval = time.time()
-            if now - last_report >= 0.25 or pending_eval:
-                steps = actor.tracker.env_steps
-                control.send(0, stats_message(steps - reported, actor.take_finished(),
-                                              actor.version, actor.first_step_time,
-                                              pending_eval))
-                reported, last_report = steps, now
-                pending_eval = []
+            reporter.add(actor.take_finished(), evaluator.maybe_run(actor.greedy,
+                                                                    cfg.eval_interval))
+            reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
     except StopRequested:
         pass
-    for req in sending:
-        if req is not None:
-            t.wait(req)
+    out.flush()
     ps.close()
     finish_leaf(ctx, control, lc, 0, {"timing": {"env": actor.env_s,
                                                  "inference": actor.inference_s,

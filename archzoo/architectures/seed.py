@@ -1,14 +1,14 @@
-"""SEED RL (Espeholt et al. 2020; seed 004 §12.4.4): inference moves onto the learner.
+"""SEED RL (Espeholt et al. 2020): inference moves onto the learner.
 
-Roles: rank 0 is the learner, ranks 1..N are actors.
+Role map: rank 0 is the learner, ranks 1..N are actors.
 
 - Actors only step their E envs. Every step is one request (x_t of all E envs, plus the
   reward and episode-end flags of the step that produced it) and one reply (a_t ~ π, the
   behaviour logits μ(·|x_t)); they hold no policy.
 - The learner is one loop that alternates serving inference and training: it answers a
   batch of requests with one forward pass (actors/inference.py), appends each answered
-  step to that actor's unroll buffer (learners/unroll_builder.py), and whenever enough
-  unrolls of T steps are complete takes one V-trace step on them (the IMPALA learner).
+  step to that actor's unroll buffer (learners/seed.py), and whenever enough unrolls of T
+  steps are complete takes one V-trace step on them (the learner IMPALA uses).
   The model that answers is the model that trains, so new parameters are in place for the
   next batch, never within one; an unroll's steps may span versions, and V-trace corrects
   with each step's own μ. Policy lag = learner version − the version of an unroll's first step.
@@ -23,100 +23,53 @@ than gloo's here (docs/seed.md).
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-import torch
-
-from actors.inference import BatchedPolicy, InferenceServer, reply_schema, request_schema
+from actors.inference import (
+    BatchedPolicy,
+    InferenceServer,
+    inference_summary,
+    reply_schema,
+    request_schema,
+)
 from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from actors.unroll import unroll_schema
-from archzoo.architectures import impala
-from archzoo.architectures.batched import (
-    add_inference_arguments,
-    inference_summary,
-    validate_inference,
-)
-from archzoo.architectures.common import (
+from archzoo import builders
+from archzoo.comm import CommError, ControlChannel
+from archzoo.comm.base import Backoff
+from archzoo.config import SeedConfig
+from archzoo.envs import EnvSpec, env_spec
+from archzoo.harness import (
     TAG_CONTROL,
     TAG_INFER_REPLY,
     TAG_INFER_REQUEST,
     LeafControl,
     RankContext,
     StopRequested,
+    actor_seed,
     finish_leaf,
     finish_root,
+    finish_run,
     handshake_leaf,
     handshake_root,
-    run_summary,
+    open_run,
 )
-from archzoo.comm import CommError, ControlChannel, Message
-from archzoo.comm.base import Backoff
-from archzoo.envs import EnvSpec, env_spec
 from archzoo.runlog import Monitor, RunDir
-from learners.unroll_builder import UnrollBuilder
+from learners.seed import SeedLearner
 
-NAME = "seed"
-DESCRIPTION = "SEED RL: actors only step envs; the learner batches their inference and trains"
 POLL_CONTROL_EVERY = 16  # actor steps between looks at the control channel
+APPLIED = ("none: inference is central, so there is no parameter broadcast; "
+           "observations actor->learner and actions learner->actor point-to-point every step")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    impala.add_vtrace_arguments(p, "SEED (V-trace learner)")
-    add_inference_arguments(p)
-
-
-def validate(cfg: argparse.Namespace) -> str | None:
-    return validate_inference(cfg) or impala.validate_vtrace(cfg)
-
-
-world_size_for = impala.world_size_for  # one learner plus the actors
-actors_for = impala.actors_for
-
-
-def topology_applied(cfg: argparse.Namespace) -> str:
-    return ("none: inference is central, so there is no parameter broadcast; "
-            "observations actor->learner and actions learner->actor point-to-point every step")
-
-
-class SeedLearner:
-    """The learner's bookkeeping: unroll buffers per actor, the Monitor, V-trace updates."""
-
-    def __init__(self, cfg: argparse.Namespace, spec: EnvSpec, mon: Monitor,
-                 actors: list[int]) -> None:
-        self.cfg, self.mon = cfg, mon
-        self.learner = impala._learner(cfg, spec, torch.device(cfg.device))
-        self.policy = BatchedPolicy(self.learner.model, self.learner.device, cfg.seed,
-                                    version_of=lambda: self.learner.version)
-        u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
-        self.builders = {a: UnrollBuilder(u_schema, cfg.unroll_length) for a in actors}
-        self.complete: list[Message] = []
-        self.batch_unrolls = cfg.batch_unrolls or len(actors)
-
-    def on_answer(self, actor: int, req: Message, rep: Message) -> None:
-        """Account one answered request and grow that actor's unroll."""
-        if not bool(req["first"]):
-            n = int(req["ep_count"])
-            self.mon.add_episodes(req["ep_returns"][:n])
-            self.mon.add_steps(int(req["valid"].sum()), float(req["first_step_time"]))
-        unroll = self.builders[actor].add(req, rep)
-        if unroll is not None:
-            self.complete.append(unroll)
-
-    def maybe_update(self) -> bool:
-        """One V-trace step once ``batch_unrolls`` unrolls are complete (oldest first)."""
-        if len(self.complete) < self.batch_unrolls:
-            return False
-        batch = self.complete[: self.batch_unrolls]
-        del self.complete[: self.batch_unrolls]
-        for u in batch:
-            self.mon.add_lag(self.learner.version - int(u["version"]))
-        self.learner.update(batch)  # the next batch is answered by the new parameters
-        self.mon.updates = self.learner.version
-        return True
-
-    def restarts(self) -> dict[str, int]:
-        return {str(a): b.restarts for a, b in self.builders.items() if b.restarts}
+def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
+             actors: list[int]) -> tuple[SeedLearner, BatchedPolicy]:
+    """The V-trace learner with its unroll builders, and the policy that answers requests."""
+    learner = builders.vtrace_learner(cfg, spec)
+    sl = SeedLearner(learner, unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor),
+                     cfg.unroll_length, actors, cfg.batch_unrolls, mon)
+    return sl, BatchedPolicy(learner.model, learner.device, cfg.seed,
+                             version_of=lambda: learner.version)
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
@@ -132,30 +85,25 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the actor asks the learner's policy directly, a batch of one."""
     cfg = ctx.cfg
-    run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = impala._monitor(ctx, run_dir, NAME)
-    sl = SeedLearner(cfg, spec, mon, [0])
+    run_dir, mon = open_run(ctx)
+    sl, policy = _learner(cfg, spec, mon, [0])
     E = cfg.envs_per_actor
-    client = LocalPolicyClient(sl.policy, request_schema(spec, E), reply_schema(spec, E),
+    client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
                                new_run_id(0), on_answer=sl.on_answer)
-    actor = SeedActor(spec, E, client, impala._actor_seed(cfg, 0))
+    actor = SeedActor(spec, E, client, actor_seed(cfg.seed, 0))
     stop = None
     while stop is None:
         actor.step()
         if sl.maybe_update():
             mon.maybe_log()
             stop = mon.check_stop()
-    mon.maybe_log(force=True)
     actor.close()
     timers = {"actor0": {"env": actor.env_s, "inference": client.round_trip_s},
               "learner": {"update": sl.learner.update_s}}
-    summary = run_summary(ctx, mon, stop, NAME, "none", "single process, no transport",
-                          sl.learner.device, sl.learner.version, timers,
-                          {"inference": inference_summary(None, client)})
-    run_dir.write_summary(summary)
-    impala._save(ctx, run_dir, sl.learner, spec, NAME)
-    run_dir.close()
-    return summary
+    return finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
+                      meta=builders.policy_meta(cfg, spec), updates=sl.learner.version,
+                      device=sl.learner.device, timers=timers,
+                      extra={"inference": inference_summary(None, client)})
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -166,10 +114,9 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     control = ControlChannel(t, actors, TAG_CONTROL)
     handshake_root(control, actors, {"request": req_s.digest(), "reply": rep_s.digest()},
                    cfg.startup_timeout)
-    run_dir = RunDir(cfg.run_dir, vars(cfg))
-    mon = impala._monitor(ctx, run_dir, NAME)
-    sl = SeedLearner(cfg, spec, mon, actors)
-    server = InferenceServer(t, req_s, rep_s, actors, sl.policy, cfg.max_batch,
+    run_dir, mon = open_run(ctx)
+    sl, policy = _learner(cfg, spec, mon, actors)
+    server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
                              cfg.max_wait_us * 1e-6, TAG_INFER_REQUEST, TAG_INFER_REPLY,
                              mode=cfg.mode, on_answer=sl.on_answer)
     mon.extra = server.stats.window
@@ -201,24 +148,14 @@ def _finish(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str, sl: Seed
             server: InferenceServer, spec: EnvSpec, byes: dict[int, Any],
             error: str | None) -> dict[str, Any]:
     """Write summary.json and the policy (also when the stop protocol failed)."""
-    cfg, t = ctx.cfg, ctx.transport
-    c = t.counters.totals()
-    mon.maybe_log(c["bytes_sent"], c["bytes_recv"], force=True)
-    breakdown: dict[str, Any] = {
-        "learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
-                    "wait": t.wait_s},
-    }
-    for a, bye in byes.items():
-        breakdown[f"actor{a}"] = bye.get("timing", {})
+    timers = {"learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
+                          "wait": ctx.transport.wait_s}}
     extra = {"inference": inference_summary(server), "actor_restarts": sl.restarts(),
-             "per_rank_bytes": {"0": c}, "stop_error": error}
-    extra["per_rank_bytes"].update({str(a): bye.get("bytes", {}) for a, bye in byes.items()})
-    summary = run_summary(ctx, mon, stop, NAME, cfg.topology, topology_applied(cfg),
-                          sl.learner.device, sl.learner.version, breakdown, extra)
-    run_dir.write_summary(summary)
-    impala._save(ctx, run_dir, sl.learner, spec, NAME)
-    run_dir.close()
-    return summary
+             "stop_error": error}
+    return finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
+                      meta=builders.policy_meta(ctx.cfg, spec), updates=sl.learner.version,
+                      device=sl.learner.device, applied=APPLIED, timers=timers, byes=byes,
+                      extra=extra)
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
@@ -232,7 +169,7 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     lc = LeafControl(control, root)
     client = PolicyClient(t, root, req_s, rep_s, TAG_INFER_REQUEST, TAG_INFER_REPLY,
                           new_run_id(ctx.rank), on_poll=lc.raise_if_stopped)
-    actor = SeedActor(spec, E, client, impala._actor_seed(cfg, ctx.rank))
+    actor = SeedActor(spec, E, client, actor_seed(cfg.seed, ctx.rank))
     i = 0
     try:
         while True:

@@ -2,7 +2,7 @@
 
 Start-up: every leaf sends HELLO with its message-schema digests to the root, which
 compares them with its own and answers WELCOME or ABORT (a mismatch names the rank and
-the schema). Stop is a protocol, not a kill (DESIGN.md, Runs):
+the schema). Stop is a protocol, not a kill:
 
 1. the deciding rank sends STOP to everyone;
 2. each rank stops producing, lets its in-flight sends complete, and sends BYE with
@@ -21,6 +21,7 @@ from typing import Any
 
 from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
 from archzoo.comm.factory import Launch
+from archzoo.config import RunConfig
 
 TAG_CONTROL = 1
 TAG_PARAMS = 2
@@ -33,69 +34,6 @@ TAG_INFER_REQUEST = 9   # actor -> inference server (GA3C, SEED)
 TAG_INFER_REPLY = 10    # inference server -> actor
 
 
-def run_summary(ctx: RankContext, mon: Any, stop: str, arch: str, topology: str,
-                topology_applied: str, device: Any, updates: int, timers: dict[str, Any],
-                extra: dict[str, Any]) -> dict[str, Any]:
-    """The fields of summary.json every architecture writes (DESIGN.md, Runs)."""
-    cfg, t = ctx.cfg, ctx.transport
-    totals = t.counters.totals() if t else {"bytes_sent": 0, "bytes_recv": 0}
-    elapsed = mon.elapsed()
-    return {
-        "arch": arch, "env": cfg.env, "backend": t.backend if t else "none",
-        "launcher": ctx.launch.launcher, "topology": topology,
-        "topology_applied": topology_applied, "mode": cfg.mode,
-        "world_size": ctx.world_size, "actors": getattr(cfg, "actors", None),
-        "envs_per_actor": cfg.envs_per_actor, "device": str(device), "seed": cfg.seed,
-        "solved": mon.time_to_target_s is not None, "stop_reason": stop,
-        "target_return": cfg.target_return,
-        "time_to_target_s": mon.time_to_target_s, "env_steps_to_target": mon.steps_to_target,
-        "startup_s": (mon.first_step_time - ctx.t_launch) if mon.first_step_time else None,
-        "wall_s": elapsed, "final_mean_return": mon.mean_return,
-        "eval_mean_return": mon.eval_mean_return, "episodes": mon.episodes,
-        "env_steps": mon.env_steps, "learner_updates": updates,
-        "fps": mon.env_steps / elapsed if elapsed > 0 else 0.0,
-        "policy_lag_mean": mon.lag_mean,
-        "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
-        "time_breakdown_s": timers, **extra,
-    }
-
-
-def stats_message(steps: int, returns: list[float], version: int, first_step_time: float,
-                  eval_returns: list[float] = ()) -> dict[str, Any]:
-    """What a leaf tells the root about its episodes (JSON on the control channel)."""
-    return {"type": "stats", "steps": steps, "returns": list(returns),
-            "eval": list(eval_returns), "version": version, "first_step_time": first_step_time}
-
-
-def absorb_stats(mon: Any, msg: dict[str, Any], version: int) -> bool:
-    """Feed a leaf's stats message into the root's Monitor; False if it was no stats."""
-    if msg.get("type") != "stats":
-        return False
-    mon.add_episodes(msg["returns"])
-    mon.add_steps(msg["steps"], msg.get("first_step_time"))
-    mon.add_eval(msg["eval"])
-    mon.add_lag(version - msg["version"])
-    return True
-
-
-def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Any,
-                      serve: Callable[[], bool], version: Callable[[], int]) -> str:
-    """Rank 0 as a server (a parameter-server shard) that also keeps the learning curve:
-    serve, absorb the leaves' stats, log, until the Monitor says stop; returns why."""
-    t = ctx.transport
-    stop = None
-    while stop is None:
-        if not serve():
-            t.idle(2e-4)
-        for _, msg in control.poll():
-            absorb_stats(mon, msg, version())
-        mon.updates = version()
-        c = t.counters.totals()
-        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-        stop = mon.check_stop()
-    return stop
-
-
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     """Raised inside a leaf's wait when the root's STOP arrives."""
 
@@ -104,7 +42,7 @@ class StopRequested(Exception):  # noqa: N818 - a signal, not an error
 class RankContext:
     """One process's place in the run."""
 
-    cfg: Any
+    cfg: RunConfig
     launch: Launch
     transport: Transport | None
     t_launch: float = field(default_factory=time.time)

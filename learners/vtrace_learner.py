@@ -1,4 +1,8 @@
-"""The IMPALA learner: batches unrolls, applies the V-trace loss, versions its parameters."""
+"""The V-trace actor-critic learner of IMPALA, SEED RL and GA3C.
+
+It batches unrolls, applies the V-trace loss (Espeholt et al. 2018, eq. 1) and versions its
+parameters.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def batch_unrolls(unrolls: Sequence, device: torch.device) -> dict[str, torch.Te
     return out
 
 
-class ImpalaLearner:
+class VTraceLearner:
     """Owns the model and optimiser; :meth:`update` takes one gradient step on unrolls."""
 
     def __init__(self, model: nn.Module, loss_cfg: ImpalaLossConfig, lr: float,

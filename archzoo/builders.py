@@ -1,0 +1,88 @@
+"""Models, learners and replay memories built from a run's config.
+
+Every rank that needs the same network builds it here, so the learner, the actors and a
+parameter server start from the same parameters (``torch.manual_seed(cfg.seed)`` first).
+policy.pt's ``meta`` (:func:`policy_meta`) records what ``archzoo eval`` needs to rebuild it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from archzoo.config import A2CRunConfig, A3CConfig, ApexConfig, RunConfig, VTraceConfig
+from archzoo.envs import EnvSpec
+from archzoo.nets import ActorCritic
+from archzoo.topology.star import params_schema
+from learners.a2c import A2CConfig
+from learners.dqn import DQNConfig, DQNLearner, QNetwork
+from learners.ga3c import A3CUnrollLearner
+from learners.vtrace import ImpalaLossConfig
+from learners.vtrace_learner import VTraceLearner
+from paramserver import make_optimizer
+from replay.memory import PrioritizedReplay, UniformReplay
+from replay.server import memory_fields, reply_schema, request_schema, transitions_schema
+
+
+def actor_critic(cfg: VTraceConfig | A2CRunConfig, spec: EnvSpec) -> ActorCritic:
+    """The policy/value network, its initial parameters drawn from ``cfg.seed``."""
+    torch.manual_seed(cfg.seed)
+    return ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)
+
+
+def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
+    """The actor-critic learner: V-trace (IMPALA, SEED) or A3C's loss (GA3C's default)."""
+    loss_cfg = ImpalaLossConfig(gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
+                                baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef)
+    cls = A3CUnrollLearner if loss == "a3c" else VTraceLearner
+    return cls(actor_critic(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm,
+               torch.device(cfg.device), cfg.optimizer)
+
+
+def a2c_loss_config(cfg: A2CRunConfig) -> A2CConfig:
+    return A2CConfig(gamma=cfg.gamma, t_max=cfg.t_max, value_coef=cfg.value_coef,
+                     entropy_coef=cfg.entropy_coef, max_grad_norm=cfg.max_grad_norm)
+
+
+def ps_optimizer(cfg: A3CConfig) -> Any:
+    """The parameter server's update rule: A3C's shared RMSProp, or Adam."""
+    if cfg.optimizer == "rmsprop":
+        return make_optimizer("rmsprop", cfg.lr, alpha=0.99, eps=cfg.rms_eps)
+    return make_optimizer("adam", cfg.lr)
+
+
+def q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork:
+    torch.manual_seed(cfg.seed)
+    return QNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.dueling)
+
+
+def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner:
+    dqn = DQNConfig(lr=cfg.lr, target_update_period=cfg.target_update,
+                    max_grad_norm=cfg.max_grad_norm)
+    return DQNLearner(q_network(cfg, spec), dqn, torch.device(cfg.device))
+
+
+def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> UniformReplay:
+    """Prioritized (Ape-X; Gorila with --prioritized) or uniform (Gorila's default) replay."""
+    if not cfg.prioritized:
+        return UniformReplay(capacity, memory_fields(spec.obs_shape), seed=seed)
+    return PrioritizedReplay(capacity, memory_fields(spec.obs_shape), alpha=cfg.alpha,
+                             beta=cfg.beta, seed=seed)
+
+
+def replay_digests(cfg: ApexConfig, spec: EnvSpec, n_params: int) -> dict[str, str]:
+    """Schema digests of the parameters, transitions and sample messages (start-up check)."""
+    return {"params": params_schema(n_params).digest(),
+            "transitions": transitions_schema(spec.obs_shape, cfg.insert_capacity()).digest(),
+            "request": request_schema(cfg.batch_size).digest(),
+            "reply": reply_schema(spec.obs_shape, cfg.batch_size).digest()}
+
+
+def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
+    """What ``archzoo eval`` needs to rebuild the policy saved in policy.pt."""
+    meta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
+            "num_actions": spec.num_actions, "hidden": cfg.hidden}
+    if isinstance(cfg, ApexConfig):
+        meta.update(net="q", dueling=cfg.dueling)
+    return meta

@@ -1,0 +1,401 @@
+"""Typed run configurations: one frozen dataclass per architecture.
+
+Each field is one flag (``unroll_length`` is ``--unroll-length``); its ``help`` metadata is
+the text that ``archzoo run ARCH --help`` and the docs show. The command line, ``--config``
+files and the Python API are views of these classes. :meth:`RunConfig.problem` checks a
+config in one place, never changes it, and names the flag, the value and the rule.
+
+This module imports neither torch nor gymnasium, so the CLI can build parsers quickly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("sync", "async")
+TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
+
+
+def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,  # noqa: A002
+        group: str | None = None, flag: bool = True) -> Any:
+    """A config field: its default, its help text and (optionally) its allowed values."""
+    return field(default=default, metadata={"help": help, "choices": choices, "group": group,
+                                            "flag": flag})
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class Rules:
+    """Collects the first broken rule of a config, phrased as flag, value and rule."""
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+
+    def need(self, ok: bool, message: str) -> None:
+        if not ok and self.problem is None:
+            self.problem = message
+
+    def at_least(self, cfg: Any, name: str, low: float) -> None:
+        v = getattr(cfg, name)
+        self.need(v >= low, f"{flag_name(name)} must be >= {low:g}, got {v}")
+
+    def positive(self, cfg: Any, name: str) -> None:
+        v = getattr(cfg, name)
+        self.need(v > 0, f"{flag_name(name)} must be > 0, got {v}")
+
+    def within(self, cfg: Any, name: str, low: float, high: float) -> None:
+        v = getattr(cfg, name)
+        self.need(low <= v <= high, f"{flag_name(name)} must be in [{low:g}, {high:g}], got {v}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What every architecture takes: the environment, the launch, the limits, the logs."""
+
+    arch: str = opt("", "architecture name", flag=False)
+    env: str = opt("CartPole-v1", "gymnasium environment id", group="run")
+    actors: int | None = opt(None, "actor processes (default 2; 0 = learner and actor in one "
+                             "process, no transport; under a launcher it follows from the "
+                             "world size)", group="run")
+    envs_per_actor: int = opt(16, "vector envs per actor", group="run")
+    backend: str | None = opt(None, "transport engine (default: mpi under mpiexec, else gloo)",
+                              choices=("gloo", "mpi"), group="run")
+    mode: str = opt("async", "sync: lock-step rounds, reproducible with --seed; async: no "
+                    "rank waits for another", choices=MODES, group="run")
+    topology: str | None = opt(None, "schedule of parameter broadcasts and reductions "
+                               "(default: the architecture's own)", choices=TOPOLOGIES,
+                               group="run")
+    fanout: int = opt(2, "tree fan-out / butterfly radix m", group="run")
+    total_steps: int = opt(2_000_000, "env-step budget", group="run")
+    target_return: float | None = opt(None, "stop when the mean return of the last 100 "
+                                      "episodes reaches this (default: the env's reward "
+                                      "threshold, 475 for CartPole-v1)", group="run")
+    time_limit: float = opt(600.0, "seconds", group="run")
+    seed: int = opt(0, "seed of models, envs and sampling", group="run")
+    run_dir: str | None = opt(None, "default runs/ARCH-ENV-BACKEND-TIME", group="run")
+    device: str = opt("auto", "learner device", choices=("auto", "cpu", "cuda"), group="run")
+    config: str | None = opt(None, "JSON or TOML file of flag values", group="run")
+    comm_timeout: float = opt(60.0, "deadline (s) of every wait on a peer", group="run")
+    startup_timeout: float = opt(120.0, "deadline (s) for all ranks to join", group="run")
+    log_interval: float = opt(2.0, "seconds between metrics rows", group="run")
+    threads: int = opt(1, "torch threads per process", group="run")
+    quiet: bool = opt(False, "no progress lines", group="run")
+
+    # -- the shape of the run ------------------------------------------------------------
+    default_topology = "star"
+
+    def world_size(self, actors: int) -> int:
+        """Processes for ``actors`` actors: one learner plus the actors (one with 0)."""
+        return actors + 1 if actors > 0 else 1
+
+    def actors_for(self, world_size: int) -> int:
+        """Actors in a world of ``world_size`` processes (the inverse of world_size)."""
+        return world_size - 1
+
+    # -- checks --------------------------------------------------------------------------
+    def problem(self) -> str | None:
+        """The first broken rule, as one line naming the flag, or None."""
+        r = Rules()
+        self.check(r)
+        return r.problem
+
+    def check(self, r: Rules) -> None:
+        for name in ("envs_per_actor", "total_steps", "threads"):
+            r.at_least(self, name, 1)
+        r.at_least(self, "fanout", 2)
+        for name in ("time_limit", "comm_timeout", "startup_timeout", "log_interval"):
+            r.positive(self, name)
+        if self.actors is not None:
+            r.at_least(self, "actors", 0)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def flag_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a config class that are command-line flags, in declaration order."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("flag", True)]
+
+
+# -- the learners' hyper-parameters ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VTraceConfig(RunConfig):
+    """Unrolls and the V-trace actor-critic learner (IMPALA, SEED RL, GA3C)."""
+
+    unroll_length: int = opt(20, "T, steps per unroll", group="learner")
+    batch_unrolls: int = opt(0, "most unrolls per update (0 = one per actor)", group="learner")
+    lr: float = opt(1e-3, "learning rate", group="learner")
+    optimizer: str = opt("adam", "optimizer", choices=("adam", "rmsprop"), group="learner")
+    gamma: float = opt(0.99, "discount γ", group="learner")
+    rho_bar: float = opt(1.0, "ρ̄, importance-weight clip (IMPALA eq. 1)", group="learner")
+    c_bar: float = opt(1.0, "c̄, trace clip (IMPALA eq. 1)", group="learner")
+    baseline_coef: float = opt(0.5, "value-loss weight", group="learner")
+    entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
+    max_grad_norm: float = opt(1.0, "gradient-norm clip", group="learner")
+    hidden: int = opt(64, "MLP width", group="learner")
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        r.at_least(self, "unroll_length", 1)
+        r.at_least(self, "batch_unrolls", 0)
+        r.positive(self, "lr")
+        r.within(self, "gamma", 0.0, 1.0)
+        r.positive(self, "rho_bar")
+        r.positive(self, "c_bar")
+        r.at_least(self, "hidden", 1)
+        r.positive(self, "max_grad_norm")
+
+
+@dataclass(frozen=True)
+class InferenceConfig(VTraceConfig):
+    """A batched inference server (SEED RL, GA3C) in front of the V-trace learner's model."""
+
+    max_batch: int = opt(64, "most requests (each carries all E envs of one actor) per "
+                         "forward pass", group="batched inference")
+    max_wait_us: float = opt(1000.0, "longest wait (µs) after a batch's first request for "
+                             "more; a batch closes early once every live actor is in it",
+                             group="batched inference")
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        r.at_least(self, "max_batch", 1)
+        r.at_least(self, "max_wait_us", 0)
+        r.need(self.topology in (None, "star"),
+               f"--topology {self.topology}: {self.arch} has no parameter broadcast to "
+               "schedule (inference is central; actors hold no policy); use --topology star")
+
+
+@dataclass(frozen=True)
+class A2CRunConfig(RunConfig):
+    """n-step advantage actor-critic segments (A3C, A2C, GALA)."""
+
+    t_max: int = opt(5, "steps per segment before a gradient (A3C's t_max)", group="learner")
+    lr: float = opt(7e-4, "learning rate", group="learner")
+    gamma: float = opt(0.99, "discount γ", group="learner")
+    value_coef: float = opt(0.5, "value-loss weight", group="learner")
+    entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
+    max_grad_norm: float = opt(0.5, "gradient-norm clip", group="learner")
+    hidden: int = opt(64, "MLP width", group="learner")
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        r.at_least(self, "t_max", 1)
+        r.positive(self, "lr")
+        r.within(self, "gamma", 0.0, 1.0)
+        r.at_least(self, "hidden", 1)
+        r.positive(self, "max_grad_norm")
+
+
+# -- the architectures ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImpalaConfig(VTraceConfig):
+    """IMPALA: rank 0 learns, ranks 1..N act."""
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        r.need(self.topology in (None, "star") or self.mode == "sync",
+               f"--topology {self.topology} needs --mode sync: async IMPALA broadcasts "
+               "parameters latest-wins over the star (--topology star)")
+
+
+@dataclass(frozen=True)
+class SeedConfig(InferenceConfig):
+    """SEED RL: rank 0 serves inference and learns, ranks 1..N only step envs."""
+
+
+@dataclass(frozen=True)
+class Ga3cConfig(InferenceConfig):
+    """GA3C: rank 0 runs predictor and trainer threads around one model; 1..N are agents."""
+
+    loss: str = opt("a3c", "trainer loss: A3C's n-step advantage (GA3C) or V-trace (IMPALA)",
+                    choices=("a3c", "vtrace"), group="GA3C threads and queues")
+    predictors: int = opt(1, "predictor threads", group="GA3C threads and queues")
+    trainers: int = opt(1, "trainer threads", group="GA3C threads and queues")
+    prediction_queue: int = opt(64, "bound of the prediction queue (requests)",
+                                group="GA3C threads and queues")
+    training_queue: int = opt(8, "bound of the training queue (unrolls)",
+                              group="GA3C threads and queues")
+
+    def check(self, r: Rules) -> None:
+        for name in ("predictors", "trainers", "prediction_queue", "training_queue"):
+            r.at_least(self, name, 1)
+        r.need(self.mode != "sync", "--mode sync: GA3C is asynchronous by design (agents, "
+               "predictors and trainers run freely); use --mode async, or seed/impala for a "
+               "sync mode")
+        super().check(r)
+
+
+APEX_EVAL_WINDOW = 3  # evaluations that Ape-X's "solved" averages
+
+
+@dataclass(frozen=True)
+class ApexConfig(RunConfig):
+    """Ape-X: rank 0 learns, then the replay shards, then the actors."""
+
+    replay_capacity: int = opt(100_000, "transitions, all shards", group="replay")
+    replay_shards: int = opt(1, "replay ranks (0 = replay inside the learner process)",
+                             group="replay")
+    n_step: int = opt(3, "n of the n-step return", group="learner")
+    batch_size: int = opt(128, "learner batch", group="learner")
+    alpha: float = opt(0.6, "priority exponent α (Schaul et al. 2016)", group="replay")
+    beta: float = opt(0.4, "importance-weight exponent β", group="replay")
+    learning_starts: int = opt(2000, "transitions in replay before sampling starts",
+                               group="replay")
+    samples_per_insert: float = opt(4.0, "target samples per inserted item; sampling and "
+                                    "inserting wait to keep it (0 = no limit)", group="replay")
+    eps_base: float = opt(0.4, "ε of the ladder", group="actors")
+    eps_alpha: float = opt(7.0, "α of the ε ladder", group="actors")
+    actor_batch: int = opt(256, "transitions per actor->replay message", group="actors")
+    lr: float = opt(1e-3, "learning rate", group="learner")
+    gamma: float = opt(0.99, "discount γ", group="learner")
+    target_update: int = opt(250, "learner updates between target-network refreshes",
+                             group="learner")
+    max_grad_norm: float = opt(10.0, "gradient-norm clip", group="learner")
+    hidden: int = opt(128, "MLP width", group="learner")
+    dueling: bool = opt(True, "dueling head (Wang et al. 2016)", group="learner")
+    publish_every: int = opt(10, "learner updates between parameter broadcasts",
+                             group="learner")
+    eval_interval: float = opt(1.0, "seconds between an actor's greedy evaluations",
+                               group="actors")
+    eval_episodes: int = opt(10, "greedy episodes per evaluation; solved = the mean of the "
+                             f"last {APEX_EVAL_WINDOW} evaluations' episodes >= target",
+                             group="actors")
+    prioritized: bool = opt(True, "prioritized replay (Schaul et al. 2016)", group="replay",
+                            flag=False)
+
+    def world_size(self, actors: int) -> int:
+        """Learner + replay shards + actors; ``--actors 0`` is one process."""
+        return 1 + self.replay_shards + actors if actors > 0 else 1
+
+    def actors_for(self, world_size: int) -> int:
+        return world_size - 1 - self.replay_shards
+
+    def insert_capacity(self) -> int:
+        """Most transitions in one actor->replay message (a batch plus the n-step tails)."""
+        return self.actor_batch + self.envs_per_actor * self.n_step
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        for name in ("replay_capacity", "batch_size", "n_step", "actor_batch", "target_update",
+                     "hidden", "publish_every", "eval_episodes"):
+            r.at_least(self, name, 1)
+        for name in ("alpha", "replay_shards", "learning_starts", "samples_per_insert"):
+            r.at_least(self, name, 0)
+        r.within(self, "beta", 0.0, 1.0)
+        r.need(0 < self.eps_base <= 1, f"--eps-base must be in (0, 1], got {self.eps_base}")
+        r.positive(self, "lr")
+        r.within(self, "gamma", 0.0, 1.0)
+        r.positive(self, "eval_interval")
+        r.need(self.replay_capacity >= max(1, self.replay_shards) * self.batch_size,
+               f"--replay-capacity {self.replay_capacity} must hold at least one batch "
+               f"(--batch-size {self.batch_size}) per replay shard")
+        r.need(self.learning_starts <= self.replay_capacity,
+               f"--learning-starts {self.learning_starts} exceeds --replay-capacity "
+               f"{self.replay_capacity}: sampling would never start")
+        r.need(self.topology in (None, "star"),
+               f"{self.arch} cannot use --topology {self.topology}: its parameters, "
+               "transitions and samples stream point-to-point (--topology star)")
+        r.need(self.mode == "async", f"{self.arch} has no --mode sync: its actors, replay and "
+               "learner never wait for each other (use --mode async)")
+        if self.actors:
+            r.need(self.replay_shards <= self.actors,
+                   f"--replay-shards {self.replay_shards} exceeds --actors {self.actors}: "
+                   "every shard needs an actor")
+
+
+@dataclass(frozen=True)
+class GorilaConfig(ApexConfig):
+    """Gorila: parameter-server shards, one replay memory, L learners, then the actors."""
+
+    ps_shards: int = opt(1, "parameter-server ranks", group="Gorila")
+    learners: int = opt(1, "learner ranks", group="Gorila")
+    prioritized: bool = opt(False, "prioritized replay (Gorila's is uniform by default)",
+                            group="Gorila")
+    staleness: int | None = opt(None, "drop gradients computed on parameters more than S "
+                                "versions old", group="Gorila")
+    param_sync_every: int = opt(1, "actor batches between parameter pulls", group="Gorila")
+
+    def world_size(self, actors: int) -> int:
+        """K shards + 1 replay + L learners + the actors; ``--actors 0`` is one process."""
+        return self.ps_shards + 1 + self.learners + actors if actors > 0 else 1
+
+    def actors_for(self, world_size: int) -> int:
+        return world_size - self.ps_shards - 1 - self.learners
+
+    def check(self, r: Rules) -> None:
+        r.need(self.replay_shards == 1, f"--replay-shards {self.replay_shards}: gorila has one "
+               "replay memory (its own rank); leave --replay-shards at 1")
+        r.at_least(self, "ps_shards", 1)
+        r.at_least(self, "learners", 1)
+        if self.staleness is not None:
+            r.at_least(self, "staleness", 0)
+        r.at_least(self, "param_sync_every", 1)
+        super().check(r)
+
+
+@dataclass(frozen=True)
+class A3CConfig(A2CRunConfig):
+    """A3C / A2C: parameter-server shards first, then the actor-learners."""
+
+    ps_shards: int = opt(1, "parameter-server ranks", group="parameter server")
+    ps_drop: int = opt(0, "sync: D, gradients a round may go without (it waits for W - D)",
+                       group="parameter server")
+    staleness: int | None = opt(None, "async: drop gradients computed on parameters more than "
+                                "S versions old", group="parameter server")
+    optimizer: str = opt("rmsprop", "the shards' optimizer (shared RMSProp as in A3C)",
+                         choices=("rmsprop", "adam"), group="parameter server")
+    rms_eps: float = opt(1e-5, "RMSProp ε", group="parameter server")
+
+    def world_size(self, actors: int) -> int:
+        """K shards + the actor-learners; ``--actors 0`` is one process."""
+        return self.ps_shards + actors if actors > 0 else 1
+
+    def actors_for(self, world_size: int) -> int:
+        return world_size - self.ps_shards
+
+    def check(self, r: Rules) -> None:
+        r.need(self.topology in (None, "star"), f"a3c cannot use --topology {self.topology}: "
+               "gradients stream to the parameter server point-to-point (--topology star)")
+        r.at_least(self, "ps_shards", 1)
+        if self.staleness is not None:
+            r.at_least(self, "staleness", 0)
+        r.at_least(self, "ps_drop", 0)
+        workers = max(1, self.actors or 0)
+        r.need(self.ps_drop < workers, f"--ps-drop {self.ps_drop} must be < the number of "
+               f"actor-learners W = {workers} (a round waits for W - D of them)")
+        r.positive(self, "rms_eps")
+        super().check(r)
+
+
+@dataclass(frozen=True)
+class GalaConfig(A2CRunConfig):
+    """GALA/PALA: every rank is an agent; rank 0 also keeps the learning curve."""
+
+    gossip_every: int = opt(1, "local updates between gossip rounds", group="GALA")
+    default_topology = "ring"
+
+    def world_size(self, actors: int) -> int:
+        """One process per agent (``--actors`` counts agents; 0 = one agent, no gossip)."""
+        return max(1, actors)
+
+    def actors_for(self, world_size: int) -> int:
+        return world_size
+
+    def check(self, r: Rules) -> None:
+        r.need(self.topology in (None, "ring"), f"gala cannot use --topology {self.topology}: "
+               "its agents gossip with their ring neighbours (--topology ring)")
+        r.need(self.mode == "async", "gala has no --mode sync: its agents step on their own "
+               "between gossip rounds")
+        r.at_least(self, "gossip_every", 1)
+        super().check(r)

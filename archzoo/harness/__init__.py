@@ -1,0 +1,50 @@
+"""The run harness: what every architecture's roles share.
+
+- :mod:`archzoo.harness.protocol`: message tags, a rank's context, the start-up
+  handshake (schema digests) and the stop-and-drain protocol;
+- :mod:`archzoo.harness.stats`: episode statistics from the leaves to the Monitor;
+- :mod:`archzoo.harness.finish`: the run directory, summary.json and policy.pt.
+"""
+
+from archzoo.harness.finish import (
+    actor_seed,
+    byte_totals,
+    evaluator_seed,
+    finish_run,
+    open_run,
+    run_summary,
+)
+from archzoo.harness.protocol import (
+    TAG_CONTROL,
+    TAG_INFER_REPLY,
+    TAG_INFER_REQUEST,
+    TAG_PARAMS,
+    TAG_SAMPLE_REPLY,
+    TAG_SAMPLE_REQUEST,
+    TAG_TOPOLOGY,
+    TAG_TRANSITIONS,
+    TAG_UNROLL,
+    LeafControl,
+    RankContext,
+    StopRequested,
+    finish_leaf,
+    finish_root,
+    handshake_leaf,
+    handshake_root,
+)
+from archzoo.harness.stats import (
+    StatsReporter,
+    absorb_stats,
+    account_unroll,
+    serve_and_monitor,
+    stats_message,
+)
+
+__all__ = [
+    "TAG_CONTROL", "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS", "TAG_SAMPLE_REPLY",
+    "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL", "LeafControl",
+    "RankContext", "StatsReporter", "StopRequested", "absorb_stats", "account_unroll",
+    "actor_seed", "byte_totals", "evaluator_seed", "finish_leaf", "finish_root", "finish_run",
+    "handshake_leaf", "handshake_root", "open_run", "run_summary", "serve_and_monitor",
+    "stats_message",
+]

@@ -1,0 +1,67 @@
+"""The single-process DQN-family baseline (``--actors 0`` of Ape-X and Gorila).
+
+One ε-greedy actor, a replay memory and a double-DQN learner in one process, with the
+same components and the same greedy evaluation as the distributed runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from actors.evaluation import GreedyEvaluator
+from actors.transitions import TransitionActor
+from archzoo import builders
+from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
+from archzoo.envs import EnvSpec
+from archzoo.harness.finish import actor_seed, evaluator_seed, finish_run, open_run
+from archzoo.harness.protocol import RankContext
+from archzoo.nets import get_flat, num_params, set_flat
+from replay.server import LocalReplayClient, RateLimiter, insert, transitions_schema
+
+SINGLE_PROCESS_SPI = 4.0  # with --samples-per-insert 0: a usual DQN replay ratio
+
+
+def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """Collect a batch, insert it, train while the replay ratio allows, evaluate, repeat."""
+    cfg: ApexConfig = ctx.cfg
+    run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
+    learner = builders.dqn_learner(cfg, spec)
+    cpu = learner.device.type == "cpu"
+    policy = learner.model if cpu else builders.q_network(cfg, spec)
+    actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, policy,
+                            cfg.eps_base, actor_seed(cfg.seed, 0))
+    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, evaluator_seed(cfg.seed, 0))
+    memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
+    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI,
+                          min_sample=cfg.batch_size)
+    client = LocalReplayClient(memory, cfg.batch_size, limiter)
+    msg = transitions_schema(spec.obs_shape, cfg.insert_capacity()).new()
+    flat = np.zeros(num_params(policy), np.float32)
+    stop = None
+    while stop is None:
+        steps0 = actor.tracker.env_steps
+        actor.collect(msg, cfg.actor_batch)
+        limiter.inserted += insert(memory, msg)
+        mon.add_steps(actor.tracker.env_steps - steps0, actor.first_step_time)
+        mon.add_episodes(actor.take_finished())
+        while limiter.can_sample(len(memory), cfg.batch_size):
+            batch = client.receive()
+            td, _ = learner.update(batch.data, batch.weights)
+            client.update_priorities(batch, td)
+        if not cpu:
+            get_flat(learner.model, flat)
+            set_flat(policy, flat)
+        mon.add_eval(evaluator.maybe_run(actor.greedy, cfg.eval_interval))
+        mon.updates = learner.version
+        mon.maybe_log()
+        stop = mon.check_stop()
+    actor.close()
+    evaluator.close()
+    timers = {"actor0": {"env": actor.env_s, "inference": actor.inference_s},
+              "learner": {"update": learner.update_s}}
+    return finish_run(ctx, run_dir, mon, stop, policy=learner.model,
+                      meta=builders.policy_meta(cfg, spec), updates=learner.version,
+                      device=learner.device, timers=timers,
+                      extra={"replay_size": len(memory), "replay_inserted": limiter.inserted})

@@ -1,0 +1,95 @@
+"""Episode statistics from the leaves to the deciding rank's Monitor.
+
+Leaves that hold no unroll stream (Ape-X and Gorila actors, A3C actor-learners, GALA
+agents) report their finished episodes on the control channel every
+:data:`REPORT_INTERVAL_S`; the deciding rank folds them into its Monitor. Unrolls carry
+their own episode statistics (:func:`account_unroll`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from archzoo.comm import ControlChannel, Message
+from archzoo.harness.protocol import RankContext
+from archzoo.runlog import Monitor
+
+REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
+
+
+def stats_message(steps: int, returns: Sequence[float], version: int, first_step_time: float,
+                  eval_returns: Sequence[float] = ()) -> dict[str, Any]:
+    """What a leaf tells the root about its episodes (JSON on the control channel)."""
+    return {"type": "stats", "steps": steps, "returns": [float(r) for r in returns],
+            "eval": [float(r) for r in eval_returns], "version": version,
+            "first_step_time": first_step_time}
+
+
+def absorb_stats(mon: Monitor, msg: dict[str, Any], version: int) -> bool:
+    """Feed a leaf's stats message into the root's Monitor; False if it was no stats."""
+    if msg.get("type") != "stats":
+        return False
+    mon.add_episodes(msg["returns"])
+    mon.add_steps(msg["steps"], msg.get("first_step_time"))
+    mon.add_eval(msg["eval"])
+    mon.add_lag(version - msg["version"])
+    return True
+
+
+def account_unroll(mon: Monitor, msg: Message, learner_version: int) -> None:
+    """An unroll's episodes, valid steps and policy lag into the Monitor."""
+    n = int(msg["ep_count"])
+    mon.add_episodes(msg["ep_returns"][:n])
+    mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
+    mon.add_lag(learner_version - int(msg["version"]))
+
+
+class StatsReporter:
+    """A leaf's side: episode returns, env steps and greedy-evaluation returns since the
+    last report, sent to ``root`` at most every :data:`REPORT_INTERVAL_S` (or at once when
+    evaluation returns or many episodes are waiting)."""
+
+    def __init__(self, control: ControlChannel, root: int) -> None:
+        self.control, self.root = control, root
+        self.reported_steps = 0
+        self.returns: list[float] = []
+        self.evals: list[float] = []
+        self.last = time.time()
+
+    def add(self, returns: Sequence[float] = (), evals: Sequence[float] = ()) -> None:
+        self.returns.extend(float(r) for r in returns)
+        self.evals.extend(float(r) for r in evals)
+
+    def maybe_report(self, env_steps: int, version: int, first_step_time: float,
+                     max_episodes: int = 300) -> bool:
+        """Send what accumulated if it is time (or evaluations wait); True if sent."""
+        now = time.time()
+        if not (now - self.last >= REPORT_INTERVAL_S or self.evals
+                or len(self.returns) > max_episodes):
+            return False
+        self.control.send(self.root, stats_message(env_steps - self.reported_steps,
+                                                   self.returns, version, first_step_time,
+                                                   self.evals))
+        self.reported_steps, self.last = env_steps, now
+        self.returns, self.evals = [], []
+        return True
+
+
+def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Monitor,
+                      serve: Callable[[], bool], version: Callable[[], int]) -> str:
+    """Rank 0 as a server (a parameter-server shard) that also keeps the learning curve:
+    serve, absorb the leaves' stats, log, until the Monitor says stop; returns why."""
+    t = ctx.transport
+    stop = None
+    while stop is None:
+        if not serve():
+            t.idle(2e-4)
+        for _, msg in control.poll():
+            absorb_stats(mon, msg, version())
+        mon.updates = version()
+        c = t.counters.totals()
+        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
+        stop = mon.check_stop()
+    return stop
