@@ -25,30 +25,16 @@ from typing import Any
 import numpy as np
 
 from actors.segment import SegmentActor
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import ControlChannel
 from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    LeafControl,
-    RankContext,
-    StatsReporter,
-    actor_seed,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-    serve_and_monitor,
-)
+from archzoo.harness import RankContext
+from archzoo.harness.ps_roles import run_shards, send_final_params, shard_stats
 from archzoo.nets import get_flat, num_params, set_flat
-from archzoo.topology.star import params_schema
 from learners.a2c import a2c_gradient
 from paramserver import ParamShard, PSClient, PSTags, ShardState, ps_schemas, shard_bounds
 
 PS_TAGS = PSTags.at(20)
-TAG_FINAL_PARAMS = 8  # the first worker's last parameters, for the run directory's policy
 APPLIED = "gradients worker->shards and parameters shards->worker point-to-point (star)"
 
 
@@ -67,13 +53,14 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """One actor-learner; the parameter server's update rule runs in-process."""
     cfg = ctx.cfg
-    run_dir, mon = open_run(ctx)
+    run_dir, mon = harness.open_run(ctx)
     model = builders.actor_critic(cfg, spec)
     flat = np.zeros(num_params(model), np.float32)
     get_flat(model, flat)
     state = ShardState(flat, builders.ps_optimizer(cfg), [0], mode=cfg.mode,
                        staleness=cfg.staleness)
-    actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model, actor_seed(cfg.seed, 0))
+    actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
+                         harness.actor_seed(cfg.seed, 0))
     a2c = builders.a2c_loss_config(cfg)
     first = time.time()
     stop = None
@@ -89,9 +76,9 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         stop = mon.check_stop()
     actor.close()
     timers = {"actor0": {"env": actor.env_s, "inference": actor.inference_s}}
-    return finish_run(ctx, run_dir, mon, stop, policy=model,
-                      meta=builders.policy_meta(cfg, spec), updates=state.version,
-                      timers=timers, extra={"ps": state.stats.as_dict()})
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=model,
+                              meta=builders.policy_meta(cfg, spec), updates=state.version,
+                              timers=timers, extra={"ps": state.stats.as_dict()})
 
 
 def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
@@ -104,55 +91,36 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
     shard = ParamShard(t, flat[lo:hi], workers, builders.ps_optimizer(cfg), PS_TAGS,
                        mode=cfg.mode, drop=cfg.ps_drop, staleness=cfg.staleness)
     digests = {s.name: s.digest() for s in ps_schemas(len(flat))}
-    leaves = [r for r in range(ctx.world_size) if r != 0]
-    if ctx.rank != 0:
-        control = ControlChannel(t, [0], TAG_CONTROL)
-        handshake_leaf(control, 0, digests, cfg.startup_timeout)
-        lc = LeafControl(control, 0)
-        # serve until every worker said BYE (they stop on rank 0's STOP); the run's
-        # own limit plus the stop protocol's deadline bound a silent worker
-        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout)
-        lc.poll()
-        finish_leaf(ctx, control, lc, 0, {"ps": shard.stats.as_dict(),
-                                          "bytes": t.counters.totals()}, drain=lambda: None)
+    end = run_shards(ctx, shard, digests, len(flat), final_from=workers[0])
+    if end is None:
         return None
-    control = ControlChannel(t, leaves, TAG_CONTROL)
-    final = params_schema(len(flat)).new()
-    final_req = t.irecv(final.buffer, workers[0], TAG_FINAL_PARAMS, "final parameters")
-    handshake_root(control, leaves, digests, cfg.startup_timeout)
-    run_dir, mon = open_run(ctx)
-    stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
-    byes = finish_root(ctx, control, leaves, drain=shard.serve,
-                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout))
-    ps = {"0": shard.stats.as_dict(), **{str(r): byes[r]["ps"] for r in shards[1:]}}
-    extra = {"ps_shards": len(shards), "ps": ps, "mode_rule": (
-        "async: apply each gradient as it arrives" if cfg.mode == "async"
-        else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")}
-    t.wait(final_req)
-    set_flat(model, final["params"])
-    extra["final_params_version"] = int(final["version"])
-    return finish_run(ctx, run_dir, mon, stop, policy=model,
-                      meta=builders.policy_meta(cfg, spec), updates=shard.version,
-                      topology="star", applied=APPLIED, byes=byes,
-                      role=lambda r: "worker" if r in workers else "shard", extra=extra)
+    set_flat(model, end.final["params"])
+    extra = {"ps_shards": len(shards), "ps": shard_stats(shard, shards, end.byes),
+             "final_params_version": int(end.final["version"]), "mode_rule": (
+                 "async: apply each gradient as it arrives" if cfg.mode == "async"
+                 else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")}
+    return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
+                              meta=builders.policy_meta(cfg, spec), updates=shard.version,
+                              topology="star", applied=APPLIED, byes=end.byes,
+                              role=lambda r: "worker" if r in workers else "shard", extra=extra)
 
 
 def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list[int]) -> None:
     cfg, t = ctx.cfg, ctx.transport
     model = builders.actor_critic(cfg, spec)
     n = num_params(model)
-    control = ControlChannel(t, [0], TAG_CONTROL)
-    handshake_leaf(control, 0, {s.name: s.digest() for s in ps_schemas(n)},
-                   cfg.startup_timeout)
-    lc = LeafControl(control, 0)
+    control = ControlChannel(t, [0], harness.TAG_CONTROL)
+    harness.handshake_leaf(control, 0, {s.name: s.digest() for s in ps_schemas(n)},
+                           cfg.startup_timeout)
+    lc = harness.LeafControl(control, 0)
     client = PSClient(t, shards, n, PS_TAGS)
     params, versions = client.sync()
     set_flat(model, params)
     actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
-                         actor_seed(cfg.seed, ctx.rank))
+                         harness.actor_seed(cfg.seed, ctx.rank))
     a2c = builders.a2c_loss_config(cfg)
     first = time.time()
-    reporter = StatsReporter(control, 0)
+    reporter = harness.StatsReporter(control, 0)
     update_s = comm_s = 0.0
     while True:
         lc.poll()
@@ -170,14 +138,9 @@ def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list
         reporter.maybe_report(actor.env_steps, int(versions[0]), first)
     client.close()
     actor.close()
-    final = None
     if ctx.rank == workers[0]:
-        final = params_schema(n).new()
-        final["params"][:] = params
-        final["version"][...] = int(versions.min())
-        final_req = t.isend(final.buffer, 0, TAG_FINAL_PARAMS, "final parameters")
-        t.wait(final_req)
+        send_final_params(ctx, params, versions)
     stats = {"timing": {"env": actor.env_s, "inference": actor.inference_s,
                         "gradient": update_s, "push_pull": comm_s, "wait": t.wait_s},
              "bytes": t.counters.totals()}
-    finish_leaf(ctx, control, lc, 0, stats, drain=lambda: None)
+    harness.finish_leaf(ctx, control, lc, 0, stats, drain=lambda: None)

@@ -20,32 +20,12 @@ from typing import Any
 
 from actors.evaluation import GreedyEvaluator
 from actors.transitions import TransitionActor, epsilon
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Inbox, Message
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    TAG_PARAMS,
-    TAG_SAMPLE_REPLY,
-    TAG_SAMPLE_REQUEST,
-    TAG_TOPOLOGY,
-    TAG_TRANSITIONS,
-    LeafControl,
-    RankContext,
-    StatsReporter,
-    StopRequested,
-    absorb_stats,
-    actor_seed,
-    evaluator_seed,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-)
+from archzoo.harness import RankContext
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.runlog import Timers
@@ -93,23 +73,23 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     leaves = shards + actors
     learner = builders.dqn_learner(cfg, spec)
     n_params = num_params(learner.model)
-    control = ControlChannel(t, leaves, TAG_CONTROL)
-    publisher = StarPublisher(t, params_schema(n_params), actors, TAG_PARAMS)
+    control = ControlChannel(t, leaves, harness.TAG_CONTROL)
+    publisher = StarPublisher(t, params_schema(n_params), actors, harness.TAG_PARAMS)
     inserts = None
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert,
                           min_sample=cfg.batch_size)
     if shards:
         client: Any = ShardedReplayClient(t, shards, spec.obs_shape, cfg.batch_size, cfg.beta,
-                                          True, (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY),
+                                          True, harness.SAMPLE_TAGS,
                                           cfg.seed)
     else:
         memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
         inserts = Inbox(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), actors,
-                        TAG_TRANSITIONS, depth=2, what="transitions")
+                        harness.TAG_TRANSITIONS, depth=2, what="transitions")
         client = LocalReplayClient(memory, cfg.batch_size, limiter)
-    handshake_root(control, leaves, builders.replay_digests(cfg, spec, n_params),
-                   cfg.startup_timeout)
-    run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
+    harness.handshake_root(control, leaves, builders.replay_digests(cfg, spec, n_params),
+                           cfg.startup_timeout)
+    run_dir, mon = harness.open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
     timers = Timers()
     get_flat(learner.model, publisher.latest["params"])
     publisher.publish(version=0)
@@ -124,7 +104,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
 
     def take_stats() -> None:
         for _, msg in control.poll():
-            absorb_stats(mon, msg, learner.version)
+            harness.absorb_stats(mon, msg, learner.version)
 
     def service() -> None:
         with timers("comm"):
@@ -154,17 +134,17 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         take_inserts(force=True)
         publisher.pump()
 
-    byes = finish_root(ctx, control, leaves, drain,
-                       outstanding=lambda: publisher.wait_all(on_poll=drain))
+    byes = harness.finish_root(ctx, control, leaves, drain,
+                               outstanding=lambda: publisher.wait_all(on_poll=drain))
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
     extra = {"replay_shards": len(shards), "replay_size": client.size,
              "replay_inserted": client.inserted}
-    return finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                      device=learner.device, topology="star", applied=APPLIED,
-                      timers=timers_0, byes=byes,
-                      role=lambda r: "shard" if r in shards else "actor", extra=extra)
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
+                              meta=builders.policy_meta(cfg, spec), updates=learner.version,
+                              device=learner.device, topology="star", applied=APPLIED,
+                              timers=timers_0, byes=byes,
+                              role=lambda r: "shard" if r in shards else "actor", extra=extra)
 
 
 # -- replay shard -----------------------------------------------------------------------
@@ -174,18 +154,18 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     cfg, t = ctx.cfg, ctx.transport
     k = shards.index(ctx.rank)
     mine = [a for j, a in enumerate(actors) if j % len(shards) == k]
-    control = ControlChannel(t, [0], TAG_CONTROL)
+    control = ControlChannel(t, [0], harness.TAG_CONTROL)
     memory = builders.replay_memory(cfg, spec, cfg.replay_capacity // len(shards),
-                                    actor_seed(cfg.seed, ctx.rank))
+                                    harness.actor_seed(cfg.seed, ctx.rank))
     limiter = RateLimiter(-(-cfg.learning_starts // len(shards)), cfg.samples_per_insert,
                           min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, mine, 0, cfg.insert_capacity(),
                           cfg.batch_size, limiter,
-                          (TAG_TRANSITIONS, TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY))
+                          harness.REPLAY_TAGS)
     n_params = num_params(builders.q_network(cfg, spec))
-    handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
-                   cfg.startup_timeout)
-    lc = LeafControl(control, 0)
+    harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
+                           cfg.startup_timeout)
+    lc = harness.LeafControl(control, 0)
     busy_s = 0.0
     while not lc.stopped:
         lc.poll()
@@ -201,7 +181,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     server.flush(on_poll=drain)
     stats = {"timing": {"serve": busy_s, "wait": t.wait_s}, "inserted": limiter.inserted,
              "sampled": limiter.sampled, "size": len(memory), "bytes": t.counters.totals()}
-    finish_leaf(ctx, control, lc, 0, stats, drain=drain)
+    harness.finish_leaf(ctx, control, lc, 0, stats, drain=drain)
 
 
 # -- actor ------------------------------------------------------------------------------
@@ -213,24 +193,25 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     dest = shards[i % len(shards)] if shards else 0
     model = builders.q_network(cfg, spec)  # its weights come from the learner
     n_params = num_params(model)
-    control = ControlChannel(t, [0], TAG_CONTROL)
+    control = ControlChannel(t, [0], harness.TAG_CONTROL)
     eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
-                            actor_seed(cfg.seed, ctx.rank))
+                            harness.actor_seed(cfg.seed, ctx.rank))
 
     def load(msg: Message) -> None:
         set_flat(model, msg["params"])
         actor.version = int(msg["version"])
 
-    params = ParamsSubscriber(t, "star", 2, params_schema(n_params), 0, load, TAG_PARAMS,
-                              TAG_TOPOLOGY)
-    handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
-                   cfg.startup_timeout)
-    lc = LeafControl(control, 0)
-    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, evaluator_seed(cfg.seed, ctx.rank))
+    params = ParamsSubscriber(t, "star", 2, params_schema(n_params), 0, load, harness.TAG_PARAMS,
+                              harness.TAG_TOPOLOGY)
+    harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
+                           cfg.startup_timeout)
+    lc = harness.LeafControl(control, 0)
+    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes,
+                                harness.evaluator_seed(cfg.seed, ctx.rank))
     out = DoubleBuffer(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), dest,
-                       TAG_TRANSITIONS, "transitions")
-    reporter = StatsReporter(control, 0)
+                       harness.TAG_TRANSITIONS, "transitions")
+    reporter = harness.StatsReporter(control, 0)
     comm = Timers()
 
     def between_polls() -> None:  # while blocked on a send: stay current, notice STOP
@@ -249,13 +230,12 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
             reporter.add(actor.take_finished(), evaluator.maybe_run(actor.greedy,
                                                                     cfg.eval_interval))
             reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
-    except StopRequested:
+    except harness.StopRequested:
         pass
     out.flush(on_poll=params.take_newest)
-    stats = {"timing": {"env": actor.env_s, "inference": actor.inference_s,
-                        "comm": comm.s.get("comm", 0.0), "wait": t.wait_s},
-             "env_steps": actor.tracker.env_steps, "epsilon": eps,
-             "bytes": t.counters.totals()}
-    finish_leaf(ctx, control, lc, 0, stats, drain=params.take_newest)
+    stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": actor.inference_s,
+                                   "comm": comm.s.get("comm", 0.0)},
+                               env_steps=actor.tracker.env_steps, epsilon=eps)
+    harness.finish_leaf(ctx, control, lc, 0, stats, drain=params.take_newest)
     actor.close()
     evaluator.close()

@@ -28,28 +28,12 @@ from typing import Any
 from actors.inference import BatchedPolicy, inference_summary, reply_schema, request_schema
 from actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
 from actors.unroll import unroll_schema
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Inbox, Request
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import Ga3cConfig
-from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    TAG_INFER_REPLY,
-    TAG_INFER_REQUEST,
-    TAG_UNROLL,
-    LeafControl,
-    RankContext,
-    StopRequested,
-    account_unroll,
-    actor_seed,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-)
+from archzoo.envs import EnvSpec
+from archzoo.harness import RankContext
 from archzoo.runlog import Timers
 from learners.ga3c_server import Ga3cServer
 
@@ -62,42 +46,8 @@ def _learner(cfg: Ga3cConfig, spec: EnvSpec):
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = env_spec(ctx.cfg.env)
-    if ctx.world_size == 1:
-        return run_single(ctx, spec)
-    if ctx.rank == 0:
-        return run_server(ctx, spec)
-    run_agent(ctx, spec)
-    return None
-
-
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
-    """``--actors 0``: the agent asks the model directly and the trainer runs inline."""
-    cfg = ctx.cfg
-    run_dir, mon = open_run(ctx)
-    learner = _learner(cfg, spec)
-    policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
-                           version_of=lambda: learner.version)
-    E = cfg.envs_per_actor
-    client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
-                               new_run_id(0))
-    agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client, actor_seed(cfg.seed, 0))
-    msg = unroll_schema(spec, cfg.unroll_length, E).new()
-    stop = None
-    while stop is None:
-        agent.collect(msg)
-        account_unroll(mon, msg, learner.version)
-        learner.update([msg])
-        mon.updates = learner.version
-        mon.maybe_log()
-        stop = mon.check_stop()
-    agent.close()
-    timers = {"actor0": {"env": agent.env_s, "inference": agent.inference_s},
-              "learner": {"update": learner.update_s}}
-    return finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                      device=learner.device, timers=timers,
-                      extra={"inference": inference_summary(None, client)})
+    """Entry point on every rank; returns the summary on rank 0."""
+    return harness.play_star_roles(ctx, run_single, run_server, run_agent)
 
 
 def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -106,12 +56,13 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     E = cfg.envs_per_actor
     req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
     u_schema = unroll_schema(spec, cfg.unroll_length, E)
-    control = ControlChannel(t, agents, TAG_CONTROL)
-    requests = Inbox(t, req_s, agents, TAG_INFER_REQUEST, depth=1, what="prediction request")
-    unrolls = Inbox(t, u_schema, agents, TAG_UNROLL, depth=1, what="unroll")
-    handshake_root(control, agents, {"request": req_s.digest(), "reply": rep_s.digest(),
-                                     "unroll": u_schema.digest()}, cfg.startup_timeout)
-    run_dir, mon = open_run(ctx)
+    control = ControlChannel(t, agents, harness.TAG_CONTROL)
+    requests = Inbox(t, req_s, agents, harness.TAG_INFER_REQUEST, depth=1,
+                     what="prediction request")
+    unrolls = Inbox(t, u_schema, agents, harness.TAG_UNROLL, depth=1, what="unroll")
+    harness.handshake_root(control, agents, {"request": req_s.digest(), "reply": rep_s.digest(),
+                                             "unroll": u_schema.digest()}, cfg.startup_timeout)
+    run_dir, mon = harness.open_run(ctx)
     srv = Ga3cServer(cfg, _learner(cfg, spec), mon, len(agents))
     mon.extra = srv.window
     replies = {a: rep_s.new() for a in agents}
@@ -145,7 +96,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                     rep["actions"][:], rep["logits"][:], rep["values"][:] = a, lg, v
                     rep["seq"][...], rep["version"][...] = seq, version
                     rep["batch"][...], rep["batch_size"][...] = batch_id, size
-                    sending[agent] = t.isend(rep.buffer, agent, TAG_INFER_REPLY,
+                    sending[agent] = t.isend(rep.buffer, agent, harness.TAG_INFER_REPLY,
                                              "prediction reply")
                     moved += 1
                 for p in unrolls.ready():  # unrolls -> training queue (bounded)
@@ -185,18 +136,18 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         for p in unrolls.ready():
             unrolls.release(p)
 
-    byes = finish_root(ctx, control, agents, drain,
-                       outstanding=lambda: [t.wait(r) for r in sending.values() if r])
+    byes = harness.finish_root(ctx, control, agents, drain,
+                               outstanding=lambda: [t.wait(r) for r in sending.values() if r])
     timers_0 = {"server": {"update": srv.learner.update_s, "inference": srv.stats.forward_s,
                            "comm": timers.s.get("comm", 0.0), "wait": t.wait_s}}
     extra = {"inference": {**srv.stats.summary(), "max_batch": cfg.max_batch,
                            "max_wait_us": cfg.max_wait_us, "predictors": cfg.predictors,
                            "trainers": cfg.trainers},
              "queues": srv.queue_summary()}
-    return finish_run(ctx, run_dir, mon, stop, policy=srv.learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=srv.learner.version,
-                      device=srv.learner.device, applied=APPLIED, timers=timers_0, byes=byes,
-                      extra=extra)
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=srv.learner.model,
+                              meta=builders.policy_meta(cfg, spec), updates=srv.learner.version,
+                              device=srv.learner.device, applied=APPLIED, timers=timers_0,
+                              byes=byes, extra=extra)
 
 
 def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
@@ -205,28 +156,45 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
     E = cfg.envs_per_actor
     req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
     u_schema = unroll_schema(spec, cfg.unroll_length, E)
-    control = ControlChannel(t, [root], TAG_CONTROL)
-    handshake_leaf(control, root, {"request": req_s.digest(), "reply": rep_s.digest(),
-                                   "unroll": u_schema.digest()}, cfg.startup_timeout)
-    lc = LeafControl(control, root)
-    client = PolicyClient(t, root, req_s, rep_s, TAG_INFER_REQUEST, TAG_INFER_REPLY,
+    control = ControlChannel(t, [root], harness.TAG_CONTROL)
+    harness.handshake_leaf(control, root, {"request": req_s.digest(), "reply": rep_s.digest(),
+                                           "unroll": u_schema.digest()}, cfg.startup_timeout)
+    lc = harness.LeafControl(control, root)
+    client = PolicyClient(t, root, req_s, rep_s, harness.TAG_INFER_REQUEST, harness.TAG_INFER_REPLY,
                           new_run_id(ctx.rank), on_poll=lc.raise_if_stopped)
     agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client,
-                              actor_seed(cfg.seed, ctx.rank))
-    out = DoubleBuffer(t, u_schema, root, TAG_UNROLL, "unroll")  # collect one, send one
+                              harness.actor_seed(cfg.seed, ctx.rank))
+    out = DoubleBuffer(t, u_schema, root, harness.TAG_UNROLL, "unroll")  # collect one, send one
     try:
         while True:
             lc.raise_if_stopped()
             agent.collect(out.next(on_poll=lc.raise_if_stopped))
             out.send()
-    except StopRequested:
+    except harness.StopRequested:
         pass
     lc.stopped = True
     out.flush()
-    stats = {
-        "timing": {"env": agent.env_s, "inference": agent.inference_s, "wait": t.wait_s},
-        "env_steps": agent.env_steps, "episodes": agent.episodes,
-        "bytes": t.counters.totals(),
-    }
-    finish_leaf(ctx, control, lc, root, stats, drain=lambda: None)
+    stats = harness.leaf_stats(t, {"env": agent.env_s, "inference": agent.inference_s},
+                               env_steps=agent.env_steps, episodes=agent.episodes)
+    harness.finish_leaf(ctx, control, lc, root, stats, drain=lambda: None)
     agent.close()
+
+
+def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """``--actors 0``: the agent asks the model directly and the trainer runs inline."""
+    cfg = ctx.cfg
+    run_dir, mon = harness.open_run(ctx)
+    learner = _learner(cfg, spec)
+    policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
+                           version_of=lambda: learner.version)
+    E = cfg.envs_per_actor
+    client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
+                               new_run_id(0))
+    agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client, harness.actor_seed(cfg.seed, 0))
+    msg = unroll_schema(spec, cfg.unroll_length, E).new()
+    stop = harness.train_on_unrolls(mon, agent.collect, msg, learner)
+    agent.close()
+    return harness.finish_single(ctx, run_dir, mon, stop, learner,
+                                 {"env": agent.env_s, "inference": agent.inference_s},
+                                 builders.policy_meta(cfg, spec),
+                                 {"inference": inference_summary(None, client)})

@@ -22,26 +22,11 @@ import numpy as np
 import torch
 
 from actors.segment import SegmentActor
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import ControlChannel
 from archzoo.config import GalaConfig
 from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    TAG_TOPOLOGY,
-    LeafControl,
-    RankContext,
-    StatsReporter,
-    absorb_stats,
-    actor_seed,
-    byte_totals,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-)
+from archzoo.harness import RankContext
 from archzoo.nets import get_flat, num_params, set_flat, set_flat_grad
 from archzoo.runlog import Monitor, Timers
 from archzoo.topology.factory import make_topology
@@ -62,7 +47,7 @@ class Agent:
                                        eps=1e-5)
         self.a2c = builders.a2c_loss_config(cfg)
         self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
-                                  actor_seed(cfg.seed, ctx.rank))
+                                  harness.actor_seed(cfg.seed, ctx.rank))
         self.flat = np.zeros(num_params(self.model), np.float32)
         self.timers = Timers()
         self.updates = 0
@@ -118,15 +103,16 @@ def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
 def _finish(ctx: RankContext, spec: EnvSpec, run_dir, mon: Monitor, stop: str | None,
             agent: Agent, timing: dict[str, float], byes: dict[int, Any],
             rounds: int) -> dict[str, Any]:
-    return finish_run(ctx, run_dir, mon, stop, policy=agent.model,
-                      meta=builders.policy_meta(ctx.cfg, spec), updates=agent.updates,
-                      topology="ring", applied=APPLIED, timers={"agent0": timing}, byes=byes,
-                      role="agent", extra={"agents": ctx.world_size, "gossip_rounds": rounds})
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=agent.model,
+                              meta=builders.policy_meta(ctx.cfg, spec), updates=agent.updates,
+                              topology="ring", applied=APPLIED, timers={"agent0": timing},
+                              byes=byes, role="agent",
+                              extra={"agents": ctx.world_size, "gossip_rounds": rounds})
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """One agent, no gossip: the A2C baseline."""
-    run_dir, mon = open_run(ctx)
+    run_dir, mon = harness.open_run(ctx)
     agent = Agent(ctx, spec)
     stop = None
     while stop is None:
@@ -140,43 +126,43 @@ def _handshake(ctx: RankContext, spec: EnvSpec, control: ControlChannel, leaves:
     model = builders.actor_critic(ctx.cfg, spec)
     digests = {"params": params_schema(num_params(model)).digest()}
     if ctx.rank == 0:
-        handshake_root(control, leaves, digests, ctx.cfg.startup_timeout)
+        harness.handshake_root(control, leaves, digests, ctx.cfg.startup_timeout)
     else:
-        handshake_leaf(control, 0, digests, ctx.cfg.startup_timeout)
-    return make_topology("ring", ctx.transport, tag=TAG_TOPOLOGY)
+        harness.handshake_leaf(control, 0, digests, ctx.cfg.startup_timeout)
+    return make_topology("ring", ctx.transport, tag=harness.TAG_TOPOLOGY)
 
 
 def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: an agent that also folds the others' statistics into the learning curve."""
     t = ctx.transport
     leaves = list(range(1, ctx.world_size))
-    control = ControlChannel(t, leaves, TAG_CONTROL)
+    control = ControlChannel(t, leaves, harness.TAG_CONTROL)
     ring = _handshake(ctx, spec, control, leaves)
-    run_dir, mon = open_run(ctx)
+    run_dir, mon = harness.open_run(ctx)
     agent = Agent(ctx, spec)
     stop_flag = np.zeros(1, np.float64)
     while True:
         _feed(mon, agent, agent.step())
         for _, msg in control.poll():
-            absorb_stats(mon, msg, agent.updates)
-        mon.maybe_log(*byte_totals(t))
+            harness.absorb_stats(mon, msg, agent.updates)
+        mon.maybe_log(*harness.byte_totals(t))
         stop = mon.check_stop()
         stop_flag[0] = 1.0 if stop is not None else 0.0
         if agent.gossip(ring, stop_flag, 0):
             break
     timing = agent.timing(t)
-    byes = finish_root(ctx, control, leaves, lambda: None, lambda: None)
+    byes = harness.finish_root(ctx, control, leaves, lambda: None, lambda: None)
     return _finish(ctx, spec, run_dir, mon, stop, agent, timing, byes, ring.rounds)
 
 
 def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
     """Ranks 1..N−1: an agent that reports its episodes to rank 0."""
     t = ctx.transport
-    control = ControlChannel(t, [0], TAG_CONTROL)
+    control = ControlChannel(t, [0], harness.TAG_CONTROL)
     ring = _handshake(ctx, spec, control, [])
-    lc = LeafControl(control, 0)
+    lc = harness.LeafControl(control, 0)
     agent = Agent(ctx, spec)
-    reporter = StatsReporter(control, 0)
+    reporter = harness.StatsReporter(control, 0)
     stop_flag = np.zeros(1, np.float64)
     while True:
         reporter.add(agent.step())
@@ -184,6 +170,6 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
         if agent.gossip(ring, stop_flag, 0):
             break
     timing = agent.timing(t)
-    finish_leaf(ctx, control, lc, 0, {"timing": timing, "bytes": t.counters.totals(),
-                                      "updates": agent.updates}, drain=lambda: None)
+    harness.finish_leaf(ctx, control, lc, 0, {"timing": timing, "bytes": t.counters.totals(),
+                                              "updates": agent.updates}, drain=lambda: None)
 

@@ -25,39 +25,20 @@ import numpy as np
 
 from actors.evaluation import GreedyEvaluator
 from actors.transitions import TransitionActor, epsilon
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import ControlChannel
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
 from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    TAG_SAMPLE_REPLY,
-    TAG_SAMPLE_REQUEST,
-    TAG_TRANSITIONS,
-    LeafControl,
-    RankContext,
-    StatsReporter,
-    StopRequested,
-    actor_seed,
-    evaluator_seed,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-    serve_and_monitor,
-)
+from archzoo.harness import RankContext
+from archzoo.harness.ps_roles import run_shards, send_final_params, shard_stats
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
-from archzoo.topology.star import params_schema
 from learners.dqn import dqn_gradient
 from paramserver import ParamShard, PSClient, PSTags, make_optimizer, ps_schemas, shard_bounds
 from replay.server import RateLimiter, ReplayServer, ShardedReplayClient, transitions_schema
 
 PS_TAGS = PSTags.at(20)
-TAG_FINAL_PARAMS = 8
 APPLIED = ("gradients learner->shards, parameters shards->learners/actors, transitions "
            "actor->replay, samples replay->learner: point-to-point")
 
@@ -72,6 +53,17 @@ def roles(cfg: GorilaConfig, world: int) -> tuple[list[int], int, list[int], lis
 def _digests(cfg: GorilaConfig, spec: EnvSpec, n: int) -> dict[str, str]:
     return {**builders.replay_digests(cfg, spec, n),
             **{s.name: s.digest() for s in ps_schemas(n)}}
+
+
+def _join(ctx: RankContext, spec: EnvSpec, shards: list[int], model):
+    """A learner's or actor's start: handshake with rank 0, then the server's parameters."""
+    control = ControlChannel(ctx.transport, [0], harness.TAG_CONTROL)
+    n = num_params(model)
+    harness.handshake_leaf(control, 0, _digests(ctx.cfg, spec, n), ctx.cfg.startup_timeout)
+    ps = PSClient(ctx.transport, shards, n, PS_TAGS)
+    params, versions = ps.sync()
+    set_flat(model, params)
+    return control, harness.LeafControl(control, 0), ps, params, versions
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
@@ -99,51 +91,38 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
     shard = ParamShard(t, flat[lo:hi], learners + actors, make_optimizer("adam", cfg.lr),
                        PS_TAGS, mode="async", staleness=cfg.staleness)
-    digests = _digests(cfg, spec, len(flat))
-    leaves = list(range(1, ctx.world_size))
-    if ctx.rank != 0:
-        control = ControlChannel(t, [0], TAG_CONTROL)
-        handshake_leaf(control, 0, digests, cfg.startup_timeout)
-        lc = LeafControl(control, 0)
-        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout)  # bounds a silent worker
-        lc.poll()
-        finish_leaf(ctx, control, lc, 0, {"ps": shard.stats.as_dict(),
-                                          "bytes": t.counters.totals()}, drain=lambda: None)
+    end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), len(flat),
+                     final_from=learners[0],
+                     eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
+    if end is None:
         return None
-    control = ControlChannel(t, leaves, TAG_CONTROL)
-    final = params_schema(len(flat)).new()
-    final_req = t.irecv(final.buffer, learners[0], TAG_FINAL_PARAMS, "final parameters")
-    handshake_root(control, leaves, digests, cfg.startup_timeout)
-    run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
-    stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
-    byes = finish_root(ctx, control, leaves, drain=shard.serve,
-                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout))
-    t.wait(final_req)
-    set_flat(model, final["params"])
-    ps = {"0": shard.stats.as_dict(), **{str(r): byes[r]["ps"] for r in shards[1:]}}
+    set_flat(model, end.final["params"])
     replay = shards[-1] + 1
-    extra = {"ps_shards": len(shards), "learners": len(learners), "ps": ps,
-             "replay": byes[replay].get("replay", {}),
-             "final_params_version": int(final["version"])}
+    extra = {"ps_shards": len(shards), "learners": len(learners),
+             "ps": shard_stats(shard, shards, end.byes),
+             "replay": end.byes[replay].get("replay", {}),
+             "final_params_version": int(end.final["version"])}
     role = {r: ("learner" if r in learners else "actor" if r in actors else
-                "replay" if r == replay else "shard") for r in leaves}
-    return finish_run(ctx, run_dir, mon, stop, policy=model,
-                      meta=builders.policy_meta(cfg, spec), updates=shard.version,
-                      topology="star", applied=APPLIED, byes=byes, role=role.get, extra=extra)
+                "replay" if r == replay else "shard") for r in end.byes}
+    return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
+                              meta=builders.policy_meta(cfg, spec), updates=shard.version,
+                              topology="star", applied=APPLIED, byes=end.byes, role=role.get,
+                              extra=extra)
 
 
 def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: list[int]) -> None:
     cfg, t = ctx.cfg, ctx.transport
-    control = ControlChannel(t, [0], TAG_CONTROL)
+    control = ControlChannel(t, [0], harness.TAG_CONTROL)
     memory = builders.replay_memory(cfg, spec, cfg.replay_capacity,
-                                    actor_seed(cfg.seed, ctx.rank))
+                                    harness.actor_seed(cfg.seed, ctx.rank))
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, actors, learners, cfg.insert_capacity(),
                           cfg.batch_size, limiter,
-                          (TAG_TRANSITIONS, TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY))
-    handshake_leaf(control, 0, _digests(cfg, spec, num_params(builders.q_network(cfg, spec))),
-                   cfg.startup_timeout)
-    lc = LeafControl(control, 0)
+                          harness.REPLAY_TAGS)
+    n_params = num_params(builders.q_network(cfg, spec))
+    harness.handshake_leaf(control, 0, _digests(cfg, spec, n_params),
+                           cfg.startup_timeout)
+    lc = harness.LeafControl(control, 0)
     while not lc.stopped:
         lc.poll()
         if not server.serve():
@@ -153,27 +132,21 @@ def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: lis
         server.drain_inserts(force=True)
 
     server.flush(on_poll=drain)
-    finish_leaf(ctx, control, lc, 0, {"replay": {"inserted": limiter.inserted,
-                                                 "sampled": limiter.sampled,
-                                                 "size": len(memory)},
-                                      "bytes": t.counters.totals()}, drain=drain)
+    harness.finish_leaf(ctx, control, lc, 0, {"replay": {"inserted": limiter.inserted,
+                                                         "sampled": limiter.sampled,
+                                                         "size": len(memory)},
+                                              "bytes": t.counters.totals()}, drain=drain)
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
                 learners: list[int]) -> None:
     cfg, t = ctx.cfg, ctx.transport
     online = builders.q_network(cfg, spec)
-    n = num_params(online)
-    control = ControlChannel(t, [0], TAG_CONTROL)
-    handshake_leaf(control, 0, _digests(cfg, spec, n), cfg.startup_timeout)
-    lc = LeafControl(control, 0)
-    ps = PSClient(t, shards, n, PS_TAGS)
-    params, versions = ps.sync()
-    set_flat(online, params)
+    control, lc, ps, params, versions = _join(ctx, spec, shards, online)
     target = copy.deepcopy(online).requires_grad_(False)
     samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
-                                  cfg.prioritized, (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY),
-                                  actor_seed(cfg.seed, ctx.rank))
+                                  cfg.prioritized, harness.SAMPLE_TAGS,
+                                  harness.actor_seed(cfg.seed, ctx.rank))
     steps = 0
     grad_s = 0.0
     try:
@@ -192,17 +165,14 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
             steps += 1
             if steps % cfg.target_update == 0:  # the target follows the server
                 target.load_state_dict(online.state_dict())
-    except StopRequested:
+    except harness.StopRequested:
         pass
     ps.close()
     if ctx.rank == learners[0]:
-        final = params_schema(n).new()
-        final["params"][:] = params
-        final["version"][...] = int(np.min(versions))
-        t.wait(t.isend(final.buffer, 0, TAG_FINAL_PARAMS, "final parameters"))
-    finish_leaf(ctx, control, lc, 0, {"timing": {"gradient": grad_s, "wait": t.wait_s},
-                                      "steps": steps, "bytes": t.counters.totals()},
-                drain=samples.drain)
+        send_final_params(ctx, params, versions)
+    harness.finish_leaf(ctx, control, lc, 0, {"timing": {"gradient": grad_s, "wait": t.wait_s},
+                                              "steps": steps, "bytes": t.counters.totals()},
+                        drain=samples.drain)
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
@@ -210,20 +180,15 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     cfg, t = ctx.cfg, ctx.transport
     i = actors.index(ctx.rank)
     model = builders.q_network(cfg, spec)
-    n = num_params(model)
-    control = ControlChannel(t, [0], TAG_CONTROL)
-    handshake_leaf(control, 0, _digests(cfg, spec, n), cfg.startup_timeout)
-    lc = LeafControl(control, 0)
-    ps = PSClient(t, shards, n, PS_TAGS)
-    params, versions = ps.sync()
-    set_flat(model, params)
+    control, lc, ps, _, _ = _join(ctx, spec, shards, model)
     eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
-                            actor_seed(cfg.seed, ctx.rank))
-    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, evaluator_seed(cfg.seed, ctx.rank))
+                            harness.actor_seed(cfg.seed, ctx.rank))
+    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes,
+                                harness.evaluator_seed(cfg.seed, ctx.rank))
     out = DoubleBuffer(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), replay,
-                       TAG_TRANSITIONS, "transitions")
-    reporter = StatsReporter(control, 0)
+                       harness.TAG_TRANSITIONS, "transitions")
+    reporter = harness.StatsReporter(control, 0)
     k = 0
     try:
         while True:
@@ -238,14 +203,14 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
             reporter.add(actor.take_finished(), evaluator.maybe_run(actor.greedy,
                                                                     cfg.eval_interval))
             reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
-    except StopRequested:
+    except harness.StopRequested:
         pass
     out.flush()
     ps.close()
-    finish_leaf(ctx, control, lc, 0, {"timing": {"env": actor.env_s,
-                                                 "inference": actor.inference_s,
-                                                 "wait": t.wait_s},
-                                      "epsilon": eps, "bytes": t.counters.totals()},
-                drain=lambda: None)
+    harness.finish_leaf(ctx, control, lc, 0, {"timing": {"env": actor.env_s,
+                                                         "inference": actor.inference_s,
+                                                         "wait": t.wait_s},
+                                              "epsilon": eps, "bytes": t.counters.totals()},
+                        drain=lambda: None)
     actor.close()
     evaluator.close()

@@ -20,28 +20,12 @@ from typing import Any
 import numpy as np
 
 from actors.unroll import TIMING, UnrollActor, unroll_schema
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Inbox, Message
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import ImpalaConfig
-from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    TAG_PARAMS,
-    TAG_TOPOLOGY,
-    TAG_UNROLL,
-    LeafControl,
-    RankContext,
-    StopRequested,
-    account_unroll,
-    actor_seed,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-)
+from archzoo.envs import EnvSpec
+from archzoo.harness import RankContext
 from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
 from archzoo.runlog import Timers
 from archzoo.topology.broadcast import STOP_VERSION, ParamsBroadcast, ParamsSubscriber
@@ -59,49 +43,39 @@ def topology_applied(cfg: ImpalaConfig) -> str:
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     """Entry point on every rank; returns the summary on rank 0."""
-    spec = env_spec(ctx.cfg.env)
-    if ctx.world_size == 1:
-        return run_single(ctx, spec)
-    if ctx.rank == 0:
-        return run_learner(ctx, spec)
-    run_actor(ctx, spec)
-    return None
+    return harness.play_star_roles(ctx, run_single, run_learner, run_actor)
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: actor and learner code in one process, no transport (the baseline)."""
     cfg = ctx.cfg
-    run_dir, mon = open_run(ctx)
+    run_dir, mon = harness.open_run(ctx)
     learner = builders.vtrace_learner(cfg, spec)
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.actor_critic(cfg, spec)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
-                        actor_seed(cfg.seed, 0))
+                        harness.actor_seed(cfg.seed, 0))
     msg = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor).new()
     flat = np.zeros(num_params(policy), np.float32)
-    stop = None
-    while stop is None:
-        actor.collect(msg)
-        account_unroll(mon, msg, learner.version)
-        learner.update([msg])
+
+    def after_update() -> None:
         actor.version = learner.version
-        if not cpu:
+        if not cpu:  # the actor's copy on the CPU follows the learner's on the device
             get_flat(learner.model, flat)
             set_flat(policy, flat)
-        mon.updates = learner.version
-        mon.maybe_log()
-        stop = mon.check_stop()
+
+    stop = harness.train_on_unrolls(mon, actor.collect, msg, learner, after_update)
     actor.close()
-    timers = {"actor0": dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
-              "learner": {"update": learner.update_s}}
-    return finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                      device=learner.device, timers=timers)
+    return harness.finish_single(ctx, run_dir, mon, stop, learner,
+                                 dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
+                                 builders.policy_meta(cfg, spec))
 
 
 def _schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
-    return (unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor),
-            params_schema(num_params(model)))
+    """The unroll and parameter messages, and their digests for the start-up check."""
+    u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
+    p_schema = params_schema(num_params(model))
+    return u_schema, p_schema, {"unroll": u_schema.digest(), "params": p_schema.digest()}
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -109,14 +83,14 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     actors = list(range(1, ctx.world_size))
     timers = Timers()
     learner = builders.vtrace_learner(cfg, spec)
-    u_schema, p_schema = _schemas(cfg, spec, learner.model)
-    control = ControlChannel(t, actors, TAG_CONTROL)
-    inbox = Inbox(t, u_schema, actors, TAG_UNROLL, depth=1, what="unroll")
-    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, actors, TAG_PARAMS,
-                                TAG_TOPOLOGY)
-    handshake_root(control, actors, {"unroll": u_schema.digest(), "params": p_schema.digest()},
-                   cfg.startup_timeout)
-    run_dir, mon = open_run(ctx)
+    u_schema, p_schema, digests = _schemas(cfg, spec, learner.model)
+    control = ControlChannel(t, actors, harness.TAG_CONTROL)
+    inbox = Inbox(t, u_schema, actors, harness.TAG_UNROLL, depth=1, what="unroll")
+    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, actors, harness.TAG_PARAMS,
+                                harness.TAG_TOPOLOGY)
+    harness.handshake_root(control, actors, digests,
+                           cfg.startup_timeout)
+    run_dir, mon = harness.open_run(ctx)
     get_flat(learner.model, publisher.latest["params"])
     publisher.publish(version=0)  # every actor starts from the learner's initial parameters
     max_batch = cfg.batch_unrolls or len(actors)
@@ -133,7 +107,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                 if p != peer:
                     batch.append((p, inbox.poll(p)))
         for _, msg in batch:
-            account_unroll(mon, msg, learner.version)
+            harness.account_unroll(mon, msg, learner.version)
         learner.update([m for _, m in batch])
         with timers("comm"):
             for p, _ in batch:
@@ -156,37 +130,37 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             inbox.release(p)  # unrolls in flight after STOP are received and dropped
         publisher.pump()
 
-    byes = finish_root(ctx, control, actors, drain,
-                       outstanding=lambda: publisher.wait_all(on_poll=drain))
+    byes = harness.finish_root(ctx, control, actors, drain,
+                               outstanding=lambda: publisher.wait_all(on_poll=drain))
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
     extra = {"topology_rounds": publisher.rounds(),
              "params_messages_root": publisher.messages()}
-    return finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                      device=learner.device, applied=topology_applied(cfg), timers=timers_0,
-                      byes=byes, extra=extra)
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
+                              meta=builders.policy_meta(cfg, spec), updates=learner.version,
+                              device=learner.device, applied=topology_applied(cfg), timers=timers_0,
+                              byes=byes, extra=extra)
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     cfg, t = ctx.cfg, ctx.transport
     root = 0
     model = ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)  # weights come from 0
-    u_schema, p_schema = _schemas(cfg, spec, model)
-    control = ControlChannel(t, [root], TAG_CONTROL)
+    u_schema, p_schema, digests = _schemas(cfg, spec, model)
+    control = ControlChannel(t, [root], harness.TAG_CONTROL)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,
-                        actor_seed(cfg.seed, ctx.rank))
+                        harness.actor_seed(cfg.seed, ctx.rank))
 
     def load(msg: Message) -> None:
         set_flat(model, msg["params"])
         actor.version = int(msg["version"])
 
-    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, root, load, TAG_PARAMS,
-                              TAG_TOPOLOGY)
-    handshake_leaf(control, root, {"unroll": u_schema.digest(), "params": p_schema.digest()},
-                   cfg.startup_timeout)
-    lc = LeafControl(control, root)
-    out = DoubleBuffer(t, u_schema, root, TAG_UNROLL, "unroll")  # collect one, send one
+    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, root, load, harness.TAG_PARAMS,
+                              harness.TAG_TOPOLOGY)
+    harness.handshake_leaf(control, root, digests,
+                           cfg.startup_timeout)
+    lc = harness.LeafControl(control, root)
+    out = DoubleBuffer(t, u_schema, root, harness.TAG_UNROLL, "unroll")  # collect one, send one
     comm = Timers()
     params.next(cfg.startup_timeout)
     try:
@@ -199,22 +173,19 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
             if cfg.mode == "sync":  # the parameters this unroll produced (or STOP)
                 expected = actor.version + 1
                 if params.next(on_poll=lc.raise_if_stopped) == STOP_VERSION:
-                    raise StopRequested
+                    raise harness.StopRequested
                 if actor.version != expected:
                     raise RuntimeError(f"rank {ctx.rank}: expected parameters version "
                                        f"{expected}, got {actor.version}")
             else:
                 with comm("comm"):
                     params.take_newest()
-    except StopRequested:
+    except harness.StopRequested:
         pass
     lc.stopped = True
     out.flush(on_poll=params.take_newest)
-    stats = {
-        "timing": {"env": actor.env_s, "inference": actor.inference_s,
-                   "comm": comm.s.get("comm", 0.0), "wait": t.wait_s},
-        "env_steps": actor.env_steps, "episodes": actor.episodes,
-        "bytes": t.counters.totals(),
-    }
-    finish_leaf(ctx, control, lc, root, stats, drain=params.take_newest)
+    stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": actor.inference_s,
+                                   "comm": comm.s.get("comm", 0.0)},
+                               env_steps=actor.env_steps, episodes=actor.episodes)
+    harness.finish_leaf(ctx, control, lc, root, stats, drain=params.take_newest)
     actor.close()

@@ -34,26 +34,12 @@ from actors.inference import (
 )
 from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from actors.unroll import unroll_schema
-from archzoo import builders
+from archzoo import builders, harness
 from archzoo.comm import CommError, ControlChannel
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
-from archzoo.envs import EnvSpec, env_spec
-from archzoo.harness import (
-    TAG_CONTROL,
-    TAG_INFER_REPLY,
-    TAG_INFER_REQUEST,
-    LeafControl,
-    RankContext,
-    StopRequested,
-    actor_seed,
-    finish_leaf,
-    finish_root,
-    finish_run,
-    handshake_leaf,
-    handshake_root,
-    open_run,
-)
+from archzoo.envs import EnvSpec
+from archzoo.harness import RankContext
 from archzoo.runlog import Monitor, RunDir
 from learners.seed import SeedLearner
 
@@ -73,24 +59,19 @@ def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = env_spec(ctx.cfg.env)
-    if ctx.world_size == 1:
-        return run_single(ctx, spec)
-    if ctx.rank == 0:
-        return run_learner(ctx, spec)
-    run_actor(ctx, spec)
-    return None
+    """Entry point on every rank; returns the summary on rank 0."""
+    return harness.play_star_roles(ctx, run_single, run_learner, run_actor)
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the actor asks the learner's policy directly, a batch of one."""
     cfg = ctx.cfg
-    run_dir, mon = open_run(ctx)
+    run_dir, mon = harness.open_run(ctx)
     sl, policy = _learner(cfg, spec, mon, [0])
     E = cfg.envs_per_actor
     client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
                                new_run_id(0), on_answer=sl.on_answer)
-    actor = SeedActor(spec, E, client, actor_seed(cfg.seed, 0))
+    actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, 0))
     stop = None
     while stop is None:
         actor.step()
@@ -98,12 +79,10 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             mon.maybe_log()
             stop = mon.check_stop()
     actor.close()
-    timers = {"actor0": {"env": actor.env_s, "inference": client.round_trip_s},
-              "learner": {"update": sl.learner.update_s}}
-    return finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=sl.learner.version,
-                      device=sl.learner.device, timers=timers,
-                      extra={"inference": inference_summary(None, client)})
+    return harness.finish_single(ctx, run_dir, mon, stop, sl.learner,
+                                 {"env": actor.env_s, "inference": client.round_trip_s},
+                                 builders.policy_meta(cfg, spec),
+                                 {"inference": inference_summary(None, client)})
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -111,13 +90,14 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     actors = list(range(1, ctx.world_size))
     E = cfg.envs_per_actor
     req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
-    control = ControlChannel(t, actors, TAG_CONTROL)
-    handshake_root(control, actors, {"request": req_s.digest(), "reply": rep_s.digest()},
-                   cfg.startup_timeout)
-    run_dir, mon = open_run(ctx)
+    control = ControlChannel(t, actors, harness.TAG_CONTROL)
+    harness.handshake_root(control, actors, {"request": req_s.digest(), "reply": rep_s.digest()},
+                           cfg.startup_timeout)
+    run_dir, mon = harness.open_run(ctx)
     sl, policy = _learner(cfg, spec, mon, actors)
     server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
-                             cfg.max_wait_us * 1e-6, TAG_INFER_REQUEST, TAG_INFER_REPLY,
+                             cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
+                             harness.TAG_INFER_REPLY,
                              mode=cfg.mode, on_answer=sl.on_answer)
     mon.extra = server.stats.window
     backoff = Backoff(t.idle, t.spin_s)  # the learner has nothing else to do: spin first
@@ -134,8 +114,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         stop = mon.check_stop()
 
     try:
-        byes = finish_root(ctx, control, actors, server.drop_pending,
-                           outstanding=lambda: server.flush())
+        byes = harness.finish_root(ctx, control, actors, server.drop_pending,
+                                   outstanding=lambda: server.flush())
     except CommError as e:
         # an actor died (the server dropped it) or went silent: keep what was learnt in the
         # run directory, then fail with the error that names it
@@ -152,10 +132,10 @@ def _finish(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str, sl: Seed
                           "wait": ctx.transport.wait_s}}
     extra = {"inference": inference_summary(server), "actor_restarts": sl.restarts(),
              "stop_error": error}
-    return finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
-                      meta=builders.policy_meta(ctx.cfg, spec), updates=sl.learner.version,
-                      device=sl.learner.device, applied=APPLIED, timers=timers, byes=byes,
-                      extra=extra)
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
+                              meta=builders.policy_meta(ctx.cfg, spec), updates=sl.learner.version,
+                              device=sl.learner.device, applied=APPLIED, timers=timers, byes=byes,
+                              extra=extra)
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
@@ -163,13 +143,13 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     root = 0
     E = cfg.envs_per_actor
     req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
-    control = ControlChannel(t, [root], TAG_CONTROL)
-    handshake_leaf(control, root, {"request": req_s.digest(), "reply": rep_s.digest()},
-                   cfg.startup_timeout)
-    lc = LeafControl(control, root)
-    client = PolicyClient(t, root, req_s, rep_s, TAG_INFER_REQUEST, TAG_INFER_REPLY,
+    control = ControlChannel(t, [root], harness.TAG_CONTROL)
+    harness.handshake_leaf(control, root, {"request": req_s.digest(), "reply": rep_s.digest()},
+                           cfg.startup_timeout)
+    lc = harness.LeafControl(control, root)
+    client = PolicyClient(t, root, req_s, rep_s, harness.TAG_INFER_REQUEST, harness.TAG_INFER_REPLY,
                           new_run_id(ctx.rank), on_poll=lc.raise_if_stopped)
-    actor = SeedActor(spec, E, client, actor_seed(cfg.seed, ctx.rank))
+    actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, ctx.rank))
     i = 0
     try:
         while True:
@@ -177,13 +157,10 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
                 lc.raise_if_stopped()
             actor.step()
             i += 1
-    except StopRequested:
+    except harness.StopRequested:
         pass
     lc.stopped = True
-    stats = {
-        "timing": {"env": actor.env_s, "inference": client.round_trip_s, "wait": t.wait_s},
-        "env_steps": actor.env_steps, "episodes": actor.episodes,
-        "bytes": t.counters.totals(),
-    }
-    finish_leaf(ctx, control, lc, root, stats, drain=lambda: None)
+    stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": client.round_trip_s},
+                               env_steps=actor.env_steps, episodes=actor.episodes)
+    harness.finish_leaf(ctx, control, lc, root, stats, drain=lambda: None)
     actor.close()

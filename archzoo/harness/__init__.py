@@ -11,10 +11,13 @@ from archzoo.harness.finish import (
     byte_totals,
     evaluator_seed,
     finish_run,
+    finish_single,
     open_run,
     run_summary,
 )
 from archzoo.harness.protocol import (
+    REPLAY_TAGS,
+    SAMPLE_TAGS,
     TAG_CONTROL,
     TAG_INFER_REPLY,
     TAG_INFER_REQUEST,
@@ -31,20 +34,24 @@ from archzoo.harness.protocol import (
     finish_root,
     handshake_leaf,
     handshake_root,
+    play_star_roles,
 )
 from archzoo.harness.stats import (
     StatsReporter,
     absorb_stats,
     account_unroll,
+    leaf_stats,
     serve_and_monitor,
     stats_message,
+    train_on_unrolls,
 )
 
 __all__ = [
-    "TAG_CONTROL", "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS", "TAG_SAMPLE_REPLY",
-    "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL", "LeafControl",
-    "RankContext", "StatsReporter", "StopRequested", "absorb_stats", "account_unroll",
-    "actor_seed", "byte_totals", "evaluator_seed", "finish_leaf", "finish_root", "finish_run",
-    "handshake_leaf", "handshake_root", "open_run", "run_summary", "serve_and_monitor",
-    "stats_message",
+    "LeafControl", "REPLAY_TAGS", "RankContext", "SAMPLE_TAGS", "StatsReporter",
+    "StopRequested", "TAG_CONTROL", "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS",
+    "TAG_SAMPLE_REPLY", "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL",
+    "absorb_stats", "account_unroll", "actor_seed", "byte_totals", "evaluator_seed",
+    "finish_leaf", "finish_root", "finish_run", "finish_single", "handshake_leaf",
+    "handshake_root", "open_run", "play_star_roles", "run_summary", "serve_and_monitor",
+    "leaf_stats", "stats_message", "train_on_unrolls",
 ]

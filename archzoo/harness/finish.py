@@ -105,3 +105,13 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
     run_dir.save_policy(policy, meta)
     run_dir.close()
     return summary
+
+
+def finish_single(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None,
+                  learner: Any, actor_timing: dict[str, float], meta: dict[str, Any],
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`finish_run` for ``--actors 0``: one actor and one learner in this process."""
+    timers = {"actor0": actor_timing, "learner": {"update": learner.update_s}}
+    return finish_run(ctx, run_dir, mon, stop, policy=learner.model, meta=meta,
+                      updates=learner.version, device=learner.device, timers=timers,
+                      extra=extra)

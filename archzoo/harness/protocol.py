@@ -32,6 +32,8 @@ TAG_SAMPLE_REPLY = 6
 TAG_TOPOLOGY = 7
 TAG_INFER_REQUEST = 9   # actor -> inference server (GA3C, SEED)
 TAG_INFER_REPLY = 10    # inference server -> actor
+SAMPLE_TAGS = (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY)  # learner <-> replay
+REPLAY_TAGS = (TAG_TRANSITIONS, *SAMPLE_TAGS)        # a replay server's three streams
 
 
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error
@@ -147,3 +149,18 @@ def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
     control.flush()
     t.barrier()
     return byes
+
+
+def play_star_roles(ctx: RankContext, single: Callable, root: Callable,
+                    leaf: Callable) -> dict[str, Any] | None:
+    """The star role map: ``single`` when alone, else ``root`` on rank 0 and ``leaf`` on
+    the others; each gets the env's spec. Returns the root's summary."""
+    from archzoo.envs import env_spec
+
+    spec = env_spec(ctx.cfg.env)
+    if ctx.world_size == 1:
+        return single(ctx, spec)
+    if ctx.rank == 0:
+        return root(ctx, spec)
+    leaf(ctx, spec)
+    return None

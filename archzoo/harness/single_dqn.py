@@ -15,7 +15,7 @@ from actors.transitions import TransitionActor
 from archzoo import builders
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
-from archzoo.harness.finish import actor_seed, evaluator_seed, finish_run, open_run
+from archzoo.harness.finish import actor_seed, evaluator_seed, finish_single, open_run
 from archzoo.harness.protocol import RankContext
 from archzoo.nets import get_flat, num_params, set_flat
 from replay.server import LocalReplayClient, RateLimiter, insert, transitions_schema
@@ -59,9 +59,7 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         stop = mon.check_stop()
     actor.close()
     evaluator.close()
-    timers = {"actor0": {"env": actor.env_s, "inference": actor.inference_s},
-              "learner": {"update": learner.update_s}}
-    return finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                      meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                      device=learner.device, timers=timers,
-                      extra={"replay_size": len(memory), "replay_inserted": limiter.inserted})
+    return finish_single(ctx, run_dir, mon, stop, learner,
+                         {"env": actor.env_s, "inference": actor.inference_s},
+                         builders.policy_meta(cfg, spec),
+                         {"replay_size": len(memory), "replay_inserted": limiter.inserted})

@@ -93,3 +93,25 @@ def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Monitor,
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
         stop = mon.check_stop()
     return stop
+
+
+def train_on_unrolls(mon: Monitor, collect: Callable[[Message], None], msg: Message,
+                     learner: Any, after_update: Callable[[], None] | None = None) -> str:
+    """``--actors 0`` with unrolls: collect one into ``msg``, account it, take one update,
+    until the Monitor says stop; returns why."""
+    stop = None
+    while stop is None:
+        collect(msg)
+        account_unroll(mon, msg, learner.version)
+        learner.update([msg])
+        if after_update is not None:
+            after_update()
+        mon.updates = learner.version
+        mon.maybe_log()
+        stop = mon.check_stop()
+    return stop
+
+
+def leaf_stats(t: Any, timing: dict[str, float], **more: Any) -> dict[str, Any]:
+    """A leaf's BYE statistics: its time breakdown (plus time waiting on peers), its bytes."""
+    return {"timing": {**timing, "wait": t.wait_s}, **more, "bytes": t.counters.totals()}
