@@ -18,10 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from actors.episodes import EpisodeTracker
+from actors.base import EnvActor
 from actors.unroll import UnrollActor
-from archzoo.comm import Message, Schema, Transport
-from archzoo.envs import EnvSpec, make_vector_env
+from archzoo.comm import Transport
+from archzoo.envs import EnvSpec
+from archzoo.messages import Message, Schema
 
 # An actor waits for a reply on every env step; a 1 ms spin (MPI's default) on a machine with
 # fewer cores than processes takes the core the server needs. Spin briefly, then nap.
@@ -100,52 +101,33 @@ class LocalPolicyClient:
         return rep
 
 
-class SeedActor:
+class SeedActor(EnvActor):
     """E envs stepped with actions from the learner's inference server; nothing else."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, client: PolicyClient | LocalPolicyClient,
                  seed: int) -> None:
-        self.envs = make_vector_env(spec.env_id, num_envs)
+        super().__init__(spec, num_envs, seed)
         self.client = client
-        req = client.req
-        req["obs"][:], _ = self.envs.reset(seed=seed)
-        self.tracker = EpisodeTracker(num_envs)
-        self.env_s = 0.0
-        self.first_step_time = 0.0
+        client.req["obs"][:] = self.obs
 
     def step(self) -> Message:
         """One round trip and one env step; returns the reply that chose the actions."""
         req = self.client.req
         if self.first_step_time == 0.0:
-            self.first_step_time = time.time()
+            self.start_clock()
             req["first_step_time"][...] = self.first_step_time
         req["timing"][:] = (self.env_s, self.client.round_trip_s)
         rep = self.client.request()
-        t0 = time.perf_counter()
-        obs, reward, term, trunc, _ = self.envs.step(rep["actions"])
-        self.env_s += time.perf_counter() - t0
-        ok = self.tracker.valid()
-        _, rets, lens = self.tracker.step(reward, term, trunc, ok)
-        req["obs"][:] = obs
-        req["rewards"][:] = np.where(ok, reward, 0.0)
-        req["terminated"][:] = term & ok
-        req["truncated"][:] = trunc & ok
-        req["valid"][:] = ok
-        req["ep_count"][...] = len(rets)
-        req["ep_returns"][: len(rets)] = rets
-        req["ep_lengths"][: len(lens)] = lens
+        s = self.step_envs(rep["actions"])
+        req["obs"][:] = s.obs
+        req["rewards"][:] = s.reward
+        req["terminated"][:] = s.terminated
+        req["truncated"][:] = s.truncated
+        req["valid"][:] = s.valid
+        req["ep_count"][...] = len(s.ep_returns)
+        req["ep_returns"][: len(s.ep_returns)] = s.ep_returns
+        req["ep_lengths"][: len(s.ep_lengths)] = s.ep_lengths
         return rep
-
-    @property
-    def env_steps(self) -> int:
-        return self.tracker.env_steps
-
-    @property
-    def episodes(self) -> int:
-        return self.tracker.episodes
-
-    def close(self) -> None:
-        self.envs.close()
 
 
 class RemoteUnrollActor(UnrollActor):

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from actors.episodes import EpisodeTracker
-from archzoo.envs import EnvSpec, make_vector_env
+from actors.base import EnvActor
+from archzoo.envs import EnvSpec
 
 __all__ = ["Segment", "SegmentActor"]
 
@@ -54,7 +54,7 @@ class Segment:
         return int(self.valid.sum())
 
 
-class SegmentActor:
+class SegmentActor(EnvActor):
     """E envs stepped with ``model`` (the actor-learner's θ′); carries state across segments.
 
     The caller loads θ′ into ``model`` (e.g. archzoo.nets.set_flat from the parameter server)
@@ -65,15 +65,9 @@ class SegmentActor:
                  model: torch.nn.Module, seed: int) -> None:
         if t_max < 1 or num_envs < 1:
             raise ValueError(f"t_max and num_envs must be >= 1, got {t_max}, {num_envs}")
-        self.spec = spec
-        self.T, self.E = t_max, num_envs
+        super().__init__(spec, num_envs, seed)
+        self.T = t_max
         self.model = model
-        self.envs = make_vector_env(spec.env_id, num_envs)
-        self.obs, _ = self.envs.reset(seed=seed)
-        self.rng = np.random.default_rng(seed)
-        self.tracker = EpisodeTracker(num_envs)
-        self.env_s = 0.0
-        self.inference_s = 0.0
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Sample a ~ π(·|obs; θ′) for every env."""
@@ -81,9 +75,7 @@ class SegmentActor:
         dtype = next(self.model.parameters()).dtype
         with torch.no_grad():
             logits, _ = self.model(torch.as_tensor(obs, dtype=dtype))
-        logits_np = logits.float().numpy()
-        # Gumbel-max: argmax(logits + Gumbel noise) is a sample of softmax(logits).
-        actions = np.argmax(logits_np + self.rng.gumbel(size=logits_np.shape), axis=-1)
+        actions = self.sample(logits.float().numpy())
         self.inference_s += time.perf_counter() - t0
         return actions.astype(np.int64)
 
@@ -101,18 +93,14 @@ class SegmentActor:
         obs[0] = self.obs
         for t in range(T):
             actions[t] = self.act(obs[t])
-            t0 = time.perf_counter()
-            next_obs, reward, term, trunc, _ = self.envs.step(actions[t].copy())
-            self.env_s += time.perf_counter() - t0
-            ok = self.tracker.valid()  # False: this was the autoreset step
-            valid[t] = ok
-            rewards[t] = np.where(ok, reward, 0.0)
-            terminated[t] = term & ok
-            truncated[t] = trunc & ok
-            obs[t + 1] = next_obs
-            _, rets, lens = self.tracker.step(reward, term, trunc, ok)
-            ep_returns.append(rets)
-            ep_lengths.append(lens)
+            s = self.step_envs(actions[t].copy())
+            valid[t] = s.valid
+            rewards[t] = s.reward
+            terminated[t] = s.terminated
+            truncated[t] = s.truncated
+            obs[t + 1] = s.obs
+            ep_returns.append(s.ep_returns)
+            ep_lengths.append(s.ep_lengths)
         self.obs = obs[T].copy()
         return Segment(
             obs=obs, actions=actions, rewards=rewards, terminated=terminated,
@@ -120,15 +108,3 @@ class SegmentActor:
             ep_returns=np.concatenate(ep_returns).astype(np.float32),
             ep_lengths=np.concatenate(ep_lengths).astype(np.int32),
         )
-
-    @property
-    def env_steps(self) -> int:
-        """Valid transitions so far."""
-        return self.tracker.env_steps
-
-    @property
-    def episodes(self) -> int:
-        return self.tracker.episodes
-
-    def close(self) -> None:
-        self.envs.close()

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.episodes import EpisodeTracker
+from actors.base import EnvActor
 from actors.nstep import NStepAssembler
-from archzoo.comm.schema import Message
-from archzoo.envs import EnvSpec, make_vector_env
+from archzoo.envs import EnvSpec
+from archzoo.messages import Message
 from learners.dqn import initial_priorities
 
 
@@ -25,21 +25,14 @@ def epsilon(i: int, n: int, base: float = 0.4, alpha: float = 7.0) -> float:
     return base if n <= 1 else base ** (1 + alpha * i / (n - 1))
 
 
-class TransitionActor:
+class TransitionActor(EnvActor):
     """Steps E envs ε-greedily with a local Q-network and fills transition messages."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, n_step: int, gamma: float,
                  model: nn.Module, eps: float, seed: int) -> None:
+        super().__init__(spec, num_envs, seed)
         self.model, self.eps, self.A = model, eps, spec.num_actions
-        self.envs = make_vector_env(spec.env_id, num_envs)
-        self.obs, _ = self.envs.reset(seed=seed)
-        self.rng = np.random.default_rng(seed)
-        self.tracker = EpisodeTracker(num_envs)
         self.nstep = NStepAssembler(num_envs, n_step, gamma, spec.obs_shape)
-        self.version = 0
-        self.env_s = 0.0
-        self.inference_s = 0.0
-        self.first_step_time = 0.0
         self.finished: list[float] = []  # episode returns not yet reported
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
@@ -51,28 +44,24 @@ class TransitionActor:
 
         ``msg`` needs room for ``min_count + E·n`` (one step can end E episodes of n items).
         """
-        if self.first_step_time == 0.0:
-            self.first_step_time = time.time()
+        self.start_clock()
         count = 0
         while count < min_count:
             t0 = time.perf_counter()
             actions = self.greedy(self.obs)
             explore = self.rng.random(len(actions)) < self.eps
             actions[explore] = self.rng.integers(self.A, size=int(explore.sum()))
-            t1 = time.perf_counter()
-            next_obs, reward, term, trunc, _ = self.envs.step(actions)
-            self.env_s += time.perf_counter() - t1
-            self.inference_s += t1 - t0
-            valid = self.tracker.valid()
-            b = self.nstep.step(self.obs, actions, reward, term, trunc, next_obs, valid)
+            self.inference_s += time.perf_counter() - t0
+            obs = self.obs
+            s = self.step_envs(actions)
+            b = self.nstep.step(obs, actions, s.raw_reward, s.raw_terminated, s.raw_truncated,
+                                s.obs, s.valid)
             m = len(b)
             for k, v in (("obs", b.obs), ("action", b.action), ("ret", b.ret),
                          ("next_obs", b.next_obs), ("discount", b.discount)):
                 msg[k][count:count + m] = v
             count += m
-            _, rets, _ = self.tracker.step(reward, term, trunc, valid)
-            self.finished.extend(rets.tolist())
-            self.obs = next_obs
+            self.finished.extend(s.ep_returns.tolist())
         t0 = time.perf_counter()
         msg["priority"][:count] = initial_priorities(
             self.model, msg["obs"][:count], msg["action"][:count], msg["ret"][:count],
@@ -84,6 +73,3 @@ class TransitionActor:
     def take_finished(self) -> list[float]:
         out, self.finished = self.finished, []
         return out
-
-    def close(self) -> None:
-        self.envs.close()

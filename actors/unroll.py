@@ -3,7 +3,7 @@
 An unroll (IMPALA, Espeholt et al. 2018, §3) holds T steps of E envs: T+1 observations
 x_0..x_T (x_T starts the next unroll), actions, rewards, the behaviour policy's logits
 μ(·|x_t), episode-end flags, and ``valid``: False on the autoreset step that follows an
-episode end, which is not a transition (DESIGN.md, Episodes). Finished episodes' returns
+episode end, which is not a transition (actors/base.py). Finished episodes' returns
 and lengths travel with the unroll.
 """
 
@@ -14,9 +14,9 @@ import time
 import numpy as np
 import torch
 
-from actors.episodes import EpisodeTracker
-from archzoo.comm.schema import Schema
-from archzoo.envs import EnvSpec, make_vector_env
+from actors.base import EnvActor
+from archzoo.envs import EnvSpec
+from archzoo.messages import Schema
 
 # Cumulative seconds the actor spent, carried in every unroll: env steps, inference.
 TIMING = ("env", "inference")
@@ -43,21 +43,14 @@ def unroll_schema(spec: EnvSpec, unroll_length: int, num_envs: int) -> Schema:
     ])
 
 
-class UnrollActor:
+class UnrollActor(EnvActor):
     """E envs, a local policy, and the state that carries across unrolls."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, unroll_length: int,
                  model: torch.nn.Module, seed: int) -> None:
-        self.T, self.E = unroll_length, num_envs
+        super().__init__(spec, num_envs, seed)
+        self.T = unroll_length
         self.model = model
-        self.envs = make_vector_env(spec.env_id, num_envs)
-        self.obs, _ = self.envs.reset(seed=seed)
-        self.rng = np.random.default_rng(seed)
-        self.tracker = EpisodeTracker(num_envs)
-        self.version = 0
-        self.env_s = 0.0
-        self.inference_s = 0.0
-        self.first_step_time = 0.0
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sample actions from the local behaviour policy μ; returns (actions, logits)."""
@@ -65,50 +58,31 @@ class UnrollActor:
         with torch.no_grad():
             logits, _ = self.model(torch.from_numpy(obs))
         logits_np = logits.numpy()
-        # Gumbel-max: argmax(logits + Gumbel noise) is a sample of softmax(logits).
-        actions = np.argmax(logits_np + self.rng.gumbel(size=logits_np.shape), axis=-1)
+        actions = self.sample(logits_np)
         self.inference_s += time.perf_counter() - t0
         return actions, logits_np
 
     def collect(self, msg) -> None:
         """Fill the unroll message ``msg`` with the next T steps of every env."""
-        if self.first_step_time == 0.0:
-            self.first_step_time = time.time()
-        obs, valid = msg["obs"], msg["valid"]
+        self.start_clock()
+        obs = msg["obs"]
         ep_returns, ep_lengths = msg["ep_returns"], msg["ep_lengths"]
         n_ep = 0
         obs[0] = self.obs
         for t in range(self.T):
             actions, logits = self.act(obs[t])
-            t0 = time.perf_counter()
-            next_obs, reward, term, trunc, _ = self.envs.step(actions)
-            self.env_s += time.perf_counter() - t0
-            ok = self.tracker.valid()
-            valid[t] = ok
+            s = self.step_envs(actions)
+            msg["valid"][t] = s.valid
             msg["actions"][t] = actions
             msg["behaviour_logits"][t] = logits
-            msg["rewards"][t] = np.where(ok, reward, 0.0)
-            msg["terminated"][t] = term & ok
-            msg["truncated"][t] = trunc & ok
-            obs[t + 1] = next_obs
-            _, rets, lens = self.tracker.step(reward, term, trunc, ok)
-            ep_returns[n_ep:n_ep + len(rets)] = rets
-            ep_lengths[n_ep:n_ep + len(rets)] = lens
-            n_ep += len(rets)
-        self.obs = next_obs
+            msg["rewards"][t] = s.reward
+            msg["terminated"][t] = s.terminated
+            msg["truncated"][t] = s.truncated
+            obs[t + 1] = s.obs
+            ep_returns[n_ep:n_ep + len(s.ep_returns)] = s.ep_returns
+            ep_lengths[n_ep:n_ep + len(s.ep_returns)] = s.ep_lengths
+            n_ep += len(s.ep_returns)
         msg["ep_count"][...] = n_ep
         msg["version"][...] = self.version
         msg["first_step_time"][...] = self.first_step_time
         msg["timing"][:] = (self.env_s, self.inference_s)
-
-    @property
-    def env_steps(self) -> int:
-        """Valid transitions so far."""
-        return self.tracker.env_steps
-
-    @property
-    def episodes(self) -> int:
-        return self.tracker.episodes
-
-    def close(self) -> None:
-        self.envs.close()

@@ -8,7 +8,7 @@ trains: an update between two batches is in place for the next one.
 
 from __future__ import annotations
 
-from archzoo.comm import Message, Schema
+from archzoo.messages import Message, Schema
 from archzoo.runlog import Monitor
 from learners.unroll_builder import UnrollBuilder
 from learners.vtrace_learner import VTraceLearner

@@ -14,7 +14,7 @@ starts at that request.
 
 from __future__ import annotations
 
-from archzoo.comm import Message, Schema
+from archzoo.messages import Message, Schema
 
 
 class UnrollBuilder:

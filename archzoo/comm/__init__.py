@@ -4,7 +4,7 @@ from archzoo.comm.base import DEFAULT_TIMEOUT_S, Counters, Request, Transport
 from archzoo.comm.control import ControlChannel
 from archzoo.comm.errors import CommError, PeerFailure, PeerTimeout, SchemaMismatch
 from archzoo.comm.inbox import Inbox
-from archzoo.comm.schema import Message, Schema
+from archzoo.messages import Message, Schema
 
 __all__ = [
     "DEFAULT_TIMEOUT_S", "CommError", "ControlChannel", "Counters", "Inbox", "Message",

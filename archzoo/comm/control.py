@@ -15,7 +15,7 @@ import numpy as np
 from archzoo.comm.base import Request, Transport
 from archzoo.comm.errors import CommError
 from archzoo.comm.inbox import Inbox
-from archzoo.comm.schema import Message, Schema
+from archzoo.messages import Message, Schema
 
 CONTROL_CAPACITY = 8192
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from archzoo.comm.base import Backoff, Request, Transport
 from archzoo.comm.errors import PeerTimeout
-from archzoo.comm.schema import Message, Schema
+from archzoo.messages import Message, Schema
 
 
 class Inbox:

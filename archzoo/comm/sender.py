@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from archzoo.comm.base import Request, Transport
-from archzoo.comm.schema import Message, Schema
+from archzoo.messages import Message, Schema
 
 
 class DoubleBuffer:

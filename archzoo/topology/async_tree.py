@@ -72,7 +72,7 @@ import numpy as np
 from archzoo.comm.base import Backoff, Request, Transport
 from archzoo.comm.errors import CommError, PeerTimeout
 from archzoo.comm.inbox import Inbox
-from archzoo.comm.schema import Message, Schema
+from archzoo.messages import Message, Schema
 from archzoo.topology.base import ceil_log, check_fanout
 from archzoo.topology.tree import lowest_digit
 

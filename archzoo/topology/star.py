@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from archzoo.comm.base import Request, Transport
-from archzoo.comm.schema import Message, Schema
+from archzoo.messages import Message, Schema
 
 
 def params_schema(num_params: int) -> Schema:

@@ -1,0 +1,91 @@
+"""What every actor shares: E gymnasium vector envs, episode bookkeeping, timers.
+
+Gymnasium 1.x autoresets on the step after an episode ends: that step returns the reset
+observation, reward 0, and ignores the action. It is not a transition, so
+:meth:`EnvActor.step_envs` marks it ``valid = False`` and masks its reward and flags; every
+loss, return and priority skips it. Unroll, segment, transition and SEED actors differ
+only in how they choose actions and what they record.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from actors.episodes import EpisodeTracker
+from archzoo.envs import EnvSpec, make_vector_env
+
+
+@dataclass
+class EnvStep:
+    """One step of every env: raw outputs, the valid mask, and the episodes it finished."""
+
+    obs: np.ndarray
+    raw_reward: np.ndarray
+    raw_terminated: np.ndarray
+    raw_truncated: np.ndarray
+    valid: np.ndarray
+    ep_returns: np.ndarray
+    ep_lengths: np.ndarray
+
+    @property
+    def reward(self) -> np.ndarray:
+        """The reward, 0 on the autoreset step."""
+        return np.where(self.valid, self.raw_reward, 0.0)
+
+    @property
+    def terminated(self) -> np.ndarray:
+        return self.raw_terminated & self.valid
+
+    @property
+    def truncated(self) -> np.ndarray:
+        return self.raw_truncated & self.valid
+
+
+class EnvActor:
+    """E envs reset with ``seed``, a random generator from the same seed, and the counters
+    (env steps, episodes, seconds in envs and in inference) every actor reports."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, seed: int) -> None:
+        self.spec, self.E = spec, num_envs
+        self.envs = make_vector_env(spec.env_id, num_envs)
+        self.obs, _ = self.envs.reset(seed=seed)
+        self.rng = np.random.default_rng(seed)
+        self.tracker = EpisodeTracker(num_envs)
+        self.version = 0  # the parameters' version acting now
+        self.env_s = 0.0
+        self.inference_s = 0.0
+        self.first_step_time = 0.0
+
+    def start_clock(self) -> None:
+        """Note when the first env step was taken (time to target is measured from it)."""
+        if self.first_step_time == 0.0:
+            self.first_step_time = time.time()
+
+    def sample(self, logits: np.ndarray) -> np.ndarray:
+        """a ~ softmax(logits) per env, by Gumbel-max: argmax(logits + Gumbel noise)."""
+        return np.argmax(logits + self.rng.gumbel(size=logits.shape), axis=-1)
+
+    def step_envs(self, actions: np.ndarray) -> EnvStep:
+        """Step every env once; the new observations become :attr:`obs`."""
+        t0 = time.perf_counter()
+        obs, reward, term, trunc, _ = self.envs.step(actions)
+        self.env_s += time.perf_counter() - t0
+        valid = self.tracker.valid()  # False: this was the autoreset step
+        _, rets, lens = self.tracker.step(reward, term, trunc, valid)
+        self.obs = obs
+        return EnvStep(obs, reward, term, trunc, valid, rets, lens)
+
+    @property
+    def env_steps(self) -> int:
+        """Valid transitions so far."""
+        return self.tracker.env_steps
+
+    @property
+    def episodes(self) -> int:
+        return self.tracker.episodes
+
+    def close(self) -> None:
+        self.envs.close()

@@ -1,0 +1,96 @@
+"""Typed configs: the CLI is a view of the dataclasses, validation names flag, value and
+rule, configs never change under validation, and the registry agrees with the rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from archzoo import config as C
+from archzoo.architectures import ARCHITECTURES
+from archzoo.cli import build_parser, parse_run, validate_run
+from archzoo.config import MODES, TOPOLOGIES, flag_fields, flag_name
+from archzoo.errors import UsageError
+
+
+def _run_flags(arch: str) -> set[str]:
+    run = build_parser(arch)._subparsers._group_actions[0].choices["run"]  # noqa: SLF001
+    return {s for a in run._actions for s in a.option_strings  # noqa: SLF001
+            if s.startswith("--") and s not in ("--help", "--no-dueling")}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_cli_flags_are_the_config_fields(arch: str) -> None:
+    fields = {flag_name(f.name) for f in flag_fields(ARCHITECTURES[arch].config)}
+    assert _run_flags(arch) == fields
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_registry_modes_and_topologies_match_the_rules(arch: str) -> None:
+    rec = ARCHITECTURES[arch]
+    ok = {(m, t) for m in MODES for t in TOPOLOGIES
+          if rec.config(arch=arch, mode=m, topology=t, actors=2).problem() is None}
+    assert {m for m, _ in ok} == set(rec.modes), ok
+    assert {t for _, t in ok} == set(rec.topologies), ok
+    default = rec.config(arch=arch, actors=2)
+    assert default.problem() is None
+    assert default.default_topology in rec.topologies
+
+
+@pytest.mark.parametrize("cls,field,value,rule", [
+    (C.ImpalaConfig, "lr", -1.0, "> 0"),
+    (C.ImpalaConfig, "gamma", 1.5, "in [0, 1]"),
+    (C.A3CConfig, "t_max", 0, ">= 1"),
+    (C.A3CConfig, "rms_eps", 0.0, "> 0"),
+    (C.GalaConfig, "gossip_every", 0, ">= 1"),
+    (C.ApexConfig, "beta", 2.0, "in [0, 1]"),
+    (C.GorilaConfig, "learners", 0, ">= 1"),
+    (C.Ga3cConfig, "trainers", 0, ">= 1"),
+    (C.SeedConfig, "max_batch", 0, ">= 1"),
+    (C.RunConfig, "fanout", 1, ">= 2"),
+])
+def test_problem_names_flag_value_and_rule(cls, field: str, value, rule: str) -> None:
+    problem = cls(**{field: value}).problem()
+    assert problem is not None and flag_name(field) in problem
+    assert str(value) in problem and rule in problem, problem
+
+
+def test_configs_are_frozen_and_validation_does_not_change_them() -> None:
+    cfg, given = parse_run(["run", "gorila", "--actors", "2", "--run-dir", "/tmp/x"])
+    before = dataclasses.asdict(cfg)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.lr = 1.0  # type: ignore[misc]
+    _, _, resolved, world = validate_run(cfg, given)
+    assert dataclasses.asdict(cfg) == before
+    assert resolved.backend == "gloo" and resolved.topology == "star" and world == 5
+    assert resolved.target_return == 475.0 and cfg.target_return is None
+
+
+def test_gorila_refuses_replay_shards_instead_of_overwriting_them() -> None:
+    cfg, given = parse_run(["run", "gorila", "--replay-shards", "2", "--actors", "2"])
+    with pytest.raises(UsageError, match="--replay-shards 2"):
+        validate_run(cfg, given)
+
+
+def test_help_shows_each_default_once() -> None:
+    for arch in ARCHITECTURES:
+        run = build_parser(arch)._subparsers._group_actions[0].choices["run"]  # noqa: SLF001
+        text = run.format_help()
+        assert "(default: None)" not in text
+        for a in run._actions:  # noqa: SLF001
+            if a.help:
+                assert len(re.findall(r"\(default:", a.help)) <= 1, a.help
+
+
+def test_config_file_values_are_typed(tmp_path) -> None:
+    f = tmp_path / "c.json"
+    f.write_text('{"unroll_length": "seven"}')
+    with pytest.raises(UsageError, match="unroll_length"):
+        parse_run(["run", "impala", "--config", str(f)])
+    f.write_text('{"lr": 1, "dueling": false}')
+    with pytest.raises(UsageError, match="dueling"):  # not an IMPALA flag
+        parse_run(["run", "impala", "--config", str(f)])
+    cfg, _ = parse_run(["run", "apex", "--config", str(f)])
+    assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.dueling is False
