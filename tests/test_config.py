@@ -94,3 +94,13 @@ def test_config_file_values_are_typed(tmp_path) -> None:
         parse_run(["run", "impala", "--config", str(f)])
     cfg, _ = parse_run(["run", "apex", "--config", str(f)])
     assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and cfg.dueling is False
+
+
+def test_flags_page_is_generated_from_the_configs() -> None:
+    from pathlib import Path
+
+    from archzoo.config import flags_markdown
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "flags.md"
+    want = flags_markdown({a.name: a.config for a in ARCHITECTURES.values()}) + "\n"
+    assert page.read_text() == want, "regenerate: python -m archzoo.config > docs/flags.md"
