@@ -20,7 +20,11 @@ from archzoo.envs import EnvSpec, make_vector_env
 
 @dataclass
 class EnvStep:
-    """One step of every env: raw outputs, the valid mask, and the episodes it finished."""
+    """One step of every env: raw outputs, the valid mask, and the episodes it finished.
+
+    ``train_reward`` and ``train_terminated`` are what the losses see: the reward clipped to
+    [−1, 1] when the env's spec says so, and a lost life counted as an episode end under
+    ``--episodic-life``. The episode returns are always the raw game scores."""
 
     obs: np.ndarray
     raw_reward: np.ndarray
@@ -29,15 +33,17 @@ class EnvStep:
     valid: np.ndarray
     ep_returns: np.ndarray
     ep_lengths: np.ndarray
+    train_reward: np.ndarray
+    train_terminated: np.ndarray
 
     @property
     def reward(self) -> np.ndarray:
-        """The reward, 0 on the autoreset step."""
-        return np.where(self.valid, self.raw_reward, 0.0)
+        """The losses' reward, 0 on the autoreset step."""
+        return np.where(self.valid, self.train_reward, 0.0)
 
     @property
     def terminated(self) -> np.ndarray:
-        return self.raw_terminated & self.valid
+        return self.train_terminated & self.valid
 
     @property
     def truncated(self) -> np.ndarray:
@@ -50,7 +56,7 @@ class EnvActor:
 
     def __init__(self, spec: EnvSpec, num_envs: int, seed: int) -> None:
         self.spec, self.E = spec, num_envs
-        self.envs = make_vector_env(spec.env_id, num_envs)
+        self.envs = make_vector_env(spec, num_envs)
         self.obs, _ = self.envs.reset(seed=seed)
         self.rng = np.random.default_rng(seed)
         self.tracker = EpisodeTracker(num_envs)
@@ -58,6 +64,7 @@ class EnvActor:
         self.env_s = 0.0
         self.inference_s = 0.0
         self.first_step_time = 0.0
+        self.lives: np.ndarray | None = None  # --episodic-life: lives before this step
 
     def start_clock(self) -> None:
         """Note when the first env step was taken (time to target is measured from it)."""
@@ -71,12 +78,19 @@ class EnvActor:
     def step_envs(self, actions: np.ndarray) -> EnvStep:
         """Step every env once; the new observations become :attr:`obs`."""
         t0 = time.perf_counter()
-        obs, reward, term, trunc, _ = self.envs.step(actions)
+        obs, reward, term, trunc, info = self.envs.step(actions)
         self.env_s += time.perf_counter() - t0
         valid = self.tracker.valid()  # False: this was the autoreset step
         _, rets, lens = self.tracker.step(reward, term, trunc, valid)
         self.obs = obs
-        return EnvStep(obs, reward, term, trunc, valid, rets, lens)
+        train_reward = np.clip(reward, -1.0, 1.0) if self.spec.clip_rewards else reward
+        train_term = term
+        if self.spec.episodic_life:
+            lives = np.asarray(info["lives"])
+            if self.lives is not None:  # a life lost mid-game ends the losses' episode
+                train_term = term | (valid & (lives < self.lives))
+            self.lives = lives
+        return EnvStep(obs, reward, term, trunc, valid, rets, lens, train_reward, train_term)
 
     @property
     def env_steps(self) -> int:

@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from archzoo.envs import make_vector_env
+from archzoo.envs import EnvSpec, make_vector_env
 
 
 class GreedyEvaluator:
     """Runs ``episodes`` envs side by side until each has finished one episode."""
 
-    def __init__(self, env_id: str, episodes: int, seed: int) -> None:
-        self.envs = make_vector_env(env_id, episodes)
+    def __init__(self, env: str | EnvSpec, episodes: int, seed: int) -> None:
+        self.envs = make_vector_env(env, episodes)
         self.episodes, self.seed = episodes, seed
         self.rounds = 0
         self.last_run = time.time()

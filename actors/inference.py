@@ -48,7 +48,7 @@ def request_schema(spec: EnvSpec, num_envs: int) -> Schema:
     """
     E = num_envs
     return Schema("infer_request", [
-        ("obs", np.float32, (E, *spec.obs_shape)),
+        ("obs", spec.obs_dtype, (E, *spec.obs_shape)),
         ("rewards", np.float32, (E,)),
         ("terminated", np.bool_, (E,)),
         ("truncated", np.bool_, (E,)),

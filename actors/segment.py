@@ -72,9 +72,8 @@ class SegmentActor(EnvActor):
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Sample a ~ π(·|obs; θ′) for every env."""
         t0 = time.perf_counter()
-        dtype = next(self.model.parameters()).dtype
         with torch.no_grad():
-            logits, _ = self.model(torch.as_tensor(obs, dtype=dtype))
+            logits, _ = self.model(torch.as_tensor(obs))
         actions = self.sample(logits.float().numpy())
         self.inference_s += time.perf_counter() - t0
         return actions.astype(np.int64)
@@ -82,7 +81,7 @@ class SegmentActor(EnvActor):
     def collect(self) -> Segment:
         """The next t_max steps of every env, as a fresh :class:`Segment`."""
         T, E = self.T, self.E
-        obs = np.empty((T + 1, E, *self.spec.obs_shape), dtype=np.float32)
+        obs = np.empty((T + 1, E, *self.spec.obs_shape), dtype=self.spec.obs_dtype)
         actions = np.empty((T, E), dtype=np.int64)
         rewards = np.empty((T, E), dtype=np.float32)
         terminated = np.empty((T, E), dtype=bool)

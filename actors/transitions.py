@@ -32,12 +32,12 @@ class TransitionActor(EnvActor):
                  model: nn.Module, eps: float, seed: int) -> None:
         super().__init__(spec, num_envs, seed)
         self.model, self.eps, self.A = model, eps, spec.num_actions
-        self.nstep = NStepAssembler(num_envs, n_step, gamma, spec.obs_shape)
+        self.nstep = NStepAssembler(num_envs, n_step, gamma, spec.obs_shape, spec.obs_dtype)
         self.finished: list[float] = []  # episode returns not yet reported
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return self.model(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
+            return self.model(torch.as_tensor(obs)).argmax(-1).numpy()
 
     def collect(self, msg: Message, min_count: int) -> int:
         """Act until at least ``min_count`` transitions are in ``msg``; returns the count.
@@ -54,8 +54,8 @@ class TransitionActor(EnvActor):
             self.inference_s += time.perf_counter() - t0
             obs = self.obs
             s = self.step_envs(actions)
-            b = self.nstep.step(obs, actions, s.raw_reward, s.raw_terminated, s.raw_truncated,
-                                s.obs, s.valid)
+            b = self.nstep.step(obs, actions, s.train_reward, s.train_terminated,
+                                s.raw_truncated, s.obs, s.valid)
             m = len(b)
             for k, v in (("obs", b.obs), ("action", b.action), ("ret", b.ret),
                          ("next_obs", b.next_obs), ("discount", b.discount)):

@@ -27,7 +27,7 @@ def unroll_schema(spec: EnvSpec, unroll_length: int, num_envs: int) -> Schema:
     T, E = unroll_length, num_envs
     cap = E * (T // 2 + 1)  # an episode needs >= 1 step plus the masked autoreset step
     return Schema("unroll", [
-        ("obs", np.float32, (T + 1, E, *spec.obs_shape)),
+        ("obs", spec.obs_dtype, (T + 1, E, *spec.obs_shape)),  # uint8 frames stay uint8
         ("actions", np.int64, (T, E)),
         ("behaviour_logits", np.float32, (T, E, spec.num_actions)),
         ("rewards", np.float32, (T, E)),

@@ -11,8 +11,10 @@ from typing import Any
 
 import torch
 
+from archzoo import envs
 from archzoo.config import A2CRunConfig, A3CConfig, ApexConfig, RunConfig, VTraceConfig
 from archzoo.envs import EnvSpec
+from archzoo.messages import Schema
 from archzoo.nets import ActorCritic
 from archzoo.topology.star import params_schema
 from learners.a2c import A2CConfig
@@ -25,10 +27,16 @@ from replay.memory import PrioritizedReplay, UniformReplay
 from replay.server import memory_fields, reply_schema, request_schema, transitions_schema
 
 
+def env_spec(cfg: RunConfig) -> EnvSpec:
+    """The environment as the flags make it (id, kwargs, episodic life, reward clipping)."""
+    return envs.env_spec(cfg.env, cfg.env_kwargs, episodic_life=cfg.episodic_life,
+                         clip_rewards=cfg.clip_rewards)
+
+
 def actor_critic(cfg: VTraceConfig | A2CRunConfig, spec: EnvSpec) -> ActorCritic:
     """The policy/value network, its initial parameters drawn from ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
-    return ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)
+    return ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model, spec.obs_dtype)
 
 
 def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
@@ -54,7 +62,8 @@ def ps_optimizer(cfg: A3CConfig) -> Any:
 
 def q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork:
     torch.manual_seed(cfg.seed)
-    return QNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.dueling)
+    return QNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.dueling, cfg.model,
+                    spec.obs_dtype)
 
 
 def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner:
@@ -66,23 +75,31 @@ def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner:
 def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> UniformReplay:
     """Prioritized (Ape-X; Gorila with --prioritized) or uniform (Gorila's default) replay."""
     if not cfg.prioritized:
-        return UniformReplay(capacity, memory_fields(spec.obs_shape), seed=seed)
-    return PrioritizedReplay(capacity, memory_fields(spec.obs_shape), alpha=cfg.alpha,
+        return UniformReplay(capacity, memory_fields(spec.obs_shape, spec.obs_dtype), seed=seed)
+    return PrioritizedReplay(capacity, memory_fields(spec.obs_shape, spec.obs_dtype),
+                             alpha=cfg.alpha,
                              beta=cfg.beta, seed=seed)
 
 
 def replay_digests(cfg: ApexConfig, spec: EnvSpec, n_params: int) -> dict[str, str]:
     """Schema digests of the parameters, transitions and sample messages (start-up check)."""
     return {"params": params_schema(n_params).digest(),
-            "transitions": transitions_schema(spec.obs_shape, cfg.insert_capacity()).digest(),
+            "transitions": transitions(cfg, spec).digest(),
             "request": request_schema(cfg.batch_size).digest(),
-            "reply": reply_schema(spec.obs_shape, cfg.batch_size).digest()}
+            "reply": reply_schema(spec.obs_shape, cfg.batch_size, spec.obs_dtype).digest()}
+
+
+def transitions(cfg: ApexConfig, spec: EnvSpec) -> Schema:
+    """The actor->replay message: a batch of n-step transitions with initial priorities."""
+    return transitions_schema(spec.obs_shape, cfg.insert_capacity(), spec.obs_dtype)
 
 
 def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
     """What ``archzoo eval`` needs to rebuild the policy saved in policy.pt."""
     meta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
-            "num_actions": spec.num_actions, "hidden": cfg.hidden}
+            "obs_dtype": spec.obs_dtype, "num_actions": spec.num_actions,
+            "hidden": cfg.hidden, "model": cfg.model, "env_kwargs": dict(spec.kwargs),
+            "episodic_life": spec.episodic_life}
     if isinstance(cfg, ApexConfig):
         meta.update(net="q", dueling=cfg.dueling)
     return meta

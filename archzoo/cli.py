@@ -49,7 +49,8 @@ def _add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
                               "help": meta["help"] + shown}
         if kind == "bool":
-            kw["action"] = argparse.BooleanOptionalAction if f.default else "store_true"
+            kw["action"] = "store_true" if f.default is False else \
+                argparse.BooleanOptionalAction
         else:
             kw["type"] = _TYPES[kind]
             kw["metavar"] = f.name.upper() if not meta["choices"] else None

@@ -57,7 +57,19 @@ class RunConfig:
     """What every architecture takes: the environment, the launch, the limits, the logs."""
 
     arch: str = opt("", "architecture name", flag=False)
-    env: str = opt("CartPole-v1", "gymnasium environment id", group="run")
+    env: str = opt("CartPole-v1", "gymnasium environment id (ALE/Pong-v5 and MinAtar/"
+                   "Breakout-v1 style ids included)", group="environment and model")
+    env_kwargs: str = opt("", "JSON object of keyword arguments for gym.make (for ALE ids: "
+                          "for AtariVectorEnv), e.g. '{\"repeat_action_probability\": 0.0}'",
+                          group="environment and model")
+    episodic_life: bool = opt(False, "ALE: a lost life ends the episode for the losses "
+                              "(logged returns stay whole games)", group="environment and model")
+    clip_rewards: bool | None = opt(None, "clip rewards to [-1, 1] inside the losses (default: "
+                                    "on for ALE ids); logged returns stay raw game scores",
+                                    group="environment and model")
+    model: str = opt("auto", "torso: mlp, nature-cnn, impala-cnn or package.module:factory "
+                     "(auto: a CNN for images, the MLP for vectors)",
+                     group="environment and model")
     actors: int | None = opt(None, "actor processes (default 2; 0 = learner and actor in one "
                              "process, no transport; under a launcher it follows from the "
                              "world size)", group="run")

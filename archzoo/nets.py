@@ -1,33 +1,195 @@
-"""Networks shared by actors and learners, and their flat parameter vectors."""
+"""Networks shared by actors and learners, and their flat parameter vectors.
+
+A network is a torso (what turns an observation into features) and heads (policy and
+value, or Q-values). Torsos, chosen by ``--model``:
+
+- ``mlp``: two ReLU layers of ``--hidden`` units on the flattened observation;
+- ``nature-cnn``: the DQN torso (Mnih et al. 2015): convolutions 32×8×8/4, 64×4×4/2,
+  64×3×3/1, then 512 units;
+- ``impala-cnn``: the IMPALA paper's deep residual torso (Espeholt et al. 2018, Fig. 3):
+  three sections of a 3×3 convolution (16, 32, 32 channels), a 3×3 max-pool with stride 2
+  and two residual blocks, then 256 units;
+- ``package.module:factory``: a user's own module, ``factory(observation_space,
+  action_space)``, mapping a float batch ``[B, *obs_shape]`` to features ``[B, F]``.
+
+Observations reach the network in their own dtype; the torso makes them float on its
+device (÷255 for uint8 frames) and puts the channels first (an image whose first axis is
+larger than its last is taken as height × width × channels, as MinAtar's are).
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import numpy as np
 import torch
 from torch import nn
 
+MODELS = ("mlp", "nature-cnn", "impala-cnn")
+NATURE_MIN_SIZE = 36  # the Nature torso needs at least this many pixels per side
+
+
+def default_model(obs_shape: tuple[int, ...]) -> str:
+    """Images get a CNN (the Nature torso where it fits, else IMPALA's), vectors the MLP."""
+    if len(obs_shape) != 3:
+        return "mlp"
+    h, w = _image_hw(obs_shape)
+    return "nature-cnn" if min(h, w) >= NATURE_MIN_SIZE else "impala-cnn"
+
+
+def _channels_last(obs_shape: tuple[int, ...]) -> bool:
+    return len(obs_shape) == 3 and obs_shape[0] > obs_shape[-1]
+
+
+def _image_hw(obs_shape: tuple[int, ...]) -> tuple[int, int]:
+    return (obs_shape[0], obs_shape[1]) if _channels_last(obs_shape) else obs_shape[1:]
+
+
+class NatureCNN(nn.Module):
+    """The DQN paper's convolutional torso; 512 features."""
+
+    def __init__(self, channels: int, h: int, w: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n = self.conv(torch.zeros(1, channels, h, w)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n, 512), nn.ReLU())
+        self.out_dim = 512
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x))
+
+
+class _Residual(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.c2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.c2(torch.relu(self.c1(torch.relu(x))))
+
+
+class ImpalaCNN(nn.Module):
+    """The IMPALA paper's deep residual torso; 256 features."""
+
+    def __init__(self, channels: int, h: int, w: int, depths: tuple[int, ...] = (16, 32, 32)):
+        super().__init__()
+        c_in = channels
+        layers: list[nn.Module] = []
+        for d in depths:
+            layers += [nn.Conv2d(channels, d, 3, padding=1), nn.MaxPool2d(3, 2, padding=1),
+                       _Residual(d), _Residual(d)]
+            channels = d
+        self.conv = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n = self.conv(torch.zeros(1, c_in, h, w)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n, 256), nn.ReLU())
+        self.out_dim = 256
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x))
+
+
+class Torso(nn.Module):
+    """Observation (any dtype, ``[..., *obs_shape]``) → float features ``[..., out_dim]``."""
+
+    def __init__(self, body: nn.Module, obs_shape: tuple[int, ...], obs_dtype: str,
+                 out_dim: int, image: bool) -> None:
+        super().__init__()
+        self.body, self.out_dim = body, out_dim
+        self.obs_ndim = len(obs_shape)
+        self.scale = 1.0 / 255.0 if np.dtype(obs_dtype) == np.uint8 else None
+        self.image = image
+        self.permute = image and _channels_last(obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[: obs.dim() - self.obs_ndim]
+        dtype = next(self.body.parameters()).dtype  # float32, or float64 in the tests
+        x = obs.reshape(-1, *obs.shape[obs.dim() - self.obs_ndim:]).to(dtype)
+        if self.scale is not None:
+            x = x * self.scale
+        if self.permute:
+            x = x.permute(0, 3, 1, 2)
+        if not self.image:
+            x = x.flatten(1)
+        return self.body(x).reshape(*lead, self.out_dim)
+
+
+def make_torso(model: str, obs_shape: tuple[int, ...], obs_dtype: str = "<f4",
+               hidden: int = 64, num_actions: int | None = None) -> Torso:
+    """The torso named by ``--model`` ("auto" follows the observation)."""
+    if model == "auto":
+        model = default_model(obs_shape)
+    if model == "mlp":
+        n = int(np.prod(obs_shape))
+        body = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                             nn.ReLU())
+        return Torso(body, obs_shape, obs_dtype, hidden, image=False)
+    if model in ("nature-cnn", "impala-cnn"):
+        if len(obs_shape) != 3:
+            raise ValueError(f"--model {model} needs image observations (3 axes), got "
+                             f"shape {tuple(obs_shape)}")
+        h, w = _image_hw(obs_shape)
+        c = obs_shape[-1] if _channels_last(obs_shape) else obs_shape[0]
+        if model == "nature-cnn" and min(h, w) < NATURE_MIN_SIZE:
+            raise ValueError(f"--model nature-cnn needs images of at least "
+                             f"{NATURE_MIN_SIZE}×{NATURE_MIN_SIZE}, got {h}×{w} "
+                             "(try --model impala-cnn)")
+        body = NatureCNN(c, h, w) if model == "nature-cnn" else ImpalaCNN(c, h, w)
+        return Torso(body, obs_shape, obs_dtype, body.out_dim, image=True)
+    return _user_torso(model, obs_shape, obs_dtype, num_actions)
+
+
+def _user_torso(spec: str, obs_shape: tuple[int, ...], obs_dtype: str,
+                num_actions: int | None) -> Torso:
+    """``package.module:factory`` → the user's module, behind the dtype and layout steps."""
+    import gymnasium as gym
+
+    if ":" not in spec:
+        raise ValueError(f"--model {spec!r}: one of {', '.join(MODELS)}, auto, or "
+                         "package.module:factory")
+    mod_name, fn_name = spec.split(":", 1)
+    try:
+        factory = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"--model {spec}: cannot load the factory: {e}") from None
+    dtype = np.dtype(obs_dtype)
+    high = 255 if dtype == np.uint8 else 1 if dtype == np.bool_ else np.inf
+    obs_space = gym.spaces.Box(-np.inf if high == np.inf else 0, high, obs_shape, dtype)
+    body = factory(obs_space, gym.spaces.Discrete(num_actions or 1))
+    if not isinstance(body, nn.Module):
+        raise ValueError(f"--model {spec}: the factory returned {type(body).__name__}, "
+                         "not a torch.nn.Module")
+    with torch.no_grad():
+        out = body(torch.zeros(2, *obs_shape))
+    if out.dim() != 2 or out.shape[0] != 2:
+        raise ValueError(f"--model {spec}: features must be [batch, F], got "
+                         f"{tuple(out.shape)} for a batch of 2")
+    return Torso(body, obs_shape, obs_dtype, int(out.shape[1]), image=False)
+
 
 class ActorCritic(nn.Module):
-    """MLP torso with a policy head (action logits) and a value head V(x).
+    """A torso with a policy head (action logits) and a value head V(x).
 
-    ReLU, not tanh: torch's CPU tanh is ~20x slower than ReLU on this machine.
+    ReLU, not tanh, in the MLP: torch's CPU tanh is ~20x slower than ReLU on this machine.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
+                 model: str = "mlp", obs_dtype: str = "<f4") -> None:
         super().__init__()
-        self.obs_ndim = len(obs_shape)
-        obs_dim = int(np.prod(obs_shape))
-        self.torso = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
-        )
-        self.policy = nn.Linear(hidden, num_actions)
-        self.value = nn.Linear(hidden, 1)
+        self.torso = make_torso(model, tuple(obs_shape), obs_dtype, hidden, num_actions)
+        self.policy = nn.Linear(self.torso.out_dim, num_actions)
+        self.value = nn.Linear(self.torso.out_dim, 1)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits and values for a batch ``[..., *obs_shape]``."""
-        h = self.torso(obs.flatten(start_dim=obs.dim() - self.obs_ndim))
+        h = self.torso(obs)
         return self.policy(h), self.value(h).squeeze(-1)
 
 

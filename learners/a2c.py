@@ -147,7 +147,7 @@ def a2c_gradient(model: nn.Module, segment, cfg: A2CConfig) -> tuple[np.ndarray,
     """
     params = list(model.parameters())
     dtype = params[0].dtype
-    obs = torch.as_tensor(np.asarray(segment.obs), dtype=dtype)
+    obs = torch.as_tensor(np.asarray(segment.obs))  # in its own dtype: the torso converts
     T1, E = obs.shape[:2]
     logits, values = model(obs.reshape(T1 * E, *obs.shape[2:]))
     logits = logits.reshape(T1, E, -1)[:-1]

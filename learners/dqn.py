@@ -19,34 +19,30 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from archzoo.nets import make_torso
+
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
 
 
 class QNetwork(nn.Module):
-    """MLP Q-network, optionally with the dueling head Q = V + A − mean_a A (Wang et al. 2016,
-    eq. 9).
-
-    ReLU, not tanh: torch's CPU tanh is ~20x slower than ReLU on this machine.
-    """
+    """Q-network on a torso (archzoo/nets.py), optionally with the dueling head
+    Q = V + A − mean_a A (Wang et al. 2016, eq. 9)."""
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
-                 dueling: bool = False) -> None:
+                 dueling: bool = False, model: str = "mlp", obs_dtype: str = "<f4") -> None:
         super().__init__()
-        self.obs_ndim = len(obs_shape)
         self.num_actions = num_actions
         self.dueling = dueling
-        obs_dim = int(np.prod(obs_shape))
-        self.torso = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
-        )
-        self.head = nn.Linear(hidden, num_actions)  # Q, or the advantage stream A if dueling
-        self.value = nn.Linear(hidden, 1) if dueling else None
+        self.torso = make_torso(model, tuple(obs_shape), obs_dtype, hidden, num_actions)
+        out = self.torso.out_dim
+        self.head = nn.Linear(out, num_actions)  # Q, or the advantage stream A if dueling
+        self.value = nn.Linear(out, 1) if dueling else None
 
     def streams(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """Dueling streams (V [...], A [..., A]) before aggregation; dueling networks only."""
         if self.value is None:
             raise ValueError("streams() needs a dueling QNetwork")
-        h = self.torso(obs.flatten(start_dim=obs.dim() - self.obs_ndim))
+        h = self.torso(obs)
         return self.value(h).squeeze(-1), self.head(h)
 
     def forward(self, obs: Tensor) -> Tensor:
@@ -54,7 +50,7 @@ class QNetwork(nn.Module):
         if self.value is not None:
             v, a = self.streams(obs)
             return v.unsqueeze(-1) + a - a.mean(-1, keepdim=True)  # Wang et al. eq. 9
-        return self.head(self.torso(obs.flatten(start_dim=obs.dim() - self.obs_ndim)))
+        return self.head(self.torso(obs))
 
 
 def double_dqn_targets(q_online_next: Tensor, q_target_next: Tensor, ret: Tensor,
@@ -70,7 +66,11 @@ def _as_tensors(batch: Mapping[str, np.ndarray | Tensor], device: torch.device
     out = {}
     for k in _KEYS:
         t = torch.as_tensor(batch[k], device=device)
-        out[k] = t.long() if k == "action" else t.float()
+        if k == "action":
+            t = t.long()
+        elif k not in ("obs", "next_obs"):  # observations keep their dtype: the torso converts
+            t = t.float()
+        out[k] = t
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,21 +22,25 @@ from replay.memory import PrioritizedReplay, UniformReplay, importance_weights
 TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount")
 
 
-def memory_fields(obs_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    return {"obs": (obs_shape, np.dtype(np.float32)), "action": ((), np.dtype(np.int64)),
-            "ret": ((), np.dtype(np.float32)), "next_obs": (obs_shape, np.dtype(np.float32)),
+def memory_fields(obs_shape: tuple[int, ...], obs_dtype: Any = np.float32
+                  ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Replay columns; observations are stored in their own dtype (uint8 frames stay uint8)."""
+    od = np.dtype(obs_dtype)
+    return {"obs": (obs_shape, od), "action": ((), np.dtype(np.int64)),
+            "ret": ((), np.dtype(np.float32)), "next_obs": (obs_shape, od),
             "discount": ((), np.dtype(np.float32))}
 
 
-def _transition_arrays(cap: int, obs_shape: tuple[int, ...]) -> list:
-    return [("obs", np.float32, (cap, *obs_shape)), ("action", np.int64, (cap,)),
-            ("ret", np.float32, (cap,)), ("next_obs", np.float32, (cap, *obs_shape)),
+def _transition_arrays(cap: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> list:
+    return [("obs", obs_dtype, (cap, *obs_shape)), ("action", np.int64, (cap,)),
+            ("ret", np.float32, (cap,)), ("next_obs", obs_dtype, (cap, *obs_shape)),
             ("discount", np.float32, (cap,))]
 
 
-def transitions_schema(obs_shape: tuple[int, ...], cap: int) -> Schema:
+def transitions_schema(obs_shape: tuple[int, ...], cap: int,
+                       obs_dtype: Any = np.float32) -> Schema:
     """Actor -> replay: up to ``cap`` n-step transitions with their initial priorities."""
-    return Schema("transitions", [*_transition_arrays(cap, obs_shape),
+    return Schema("transitions", [*_transition_arrays(cap, obs_shape, obs_dtype),
                                   ("priority", np.float32, (cap,)), ("count", np.int64, ())])
 
 
@@ -48,10 +53,11 @@ def request_schema(batch_size: int) -> Schema:
     ])
 
 
-def reply_schema(obs_shape: tuple[int, ...], batch_size: int) -> Schema:
+def reply_schema(obs_shape: tuple[int, ...], batch_size: int,
+                 obs_dtype: Any = np.float32) -> Schema:
     """Shard -> learner: the samples, their slots and p^α, and the shard's totals."""
     return Schema("sample_reply", [
-        *_transition_arrays(batch_size, obs_shape), ("idx", np.int64, (batch_size,)),
+        *_transition_arrays(batch_size, obs_shape, obs_dtype), ("idx", np.int64, (batch_size,)),
         ("item_ids", np.int64, (batch_size,)), ("p_alpha", np.float64, (batch_size,)),
         ("count", np.int64, ()), ("total", np.float64, ()), ("min_p_alpha", np.float64, ()),
         ("size", np.int64, ()), ("inserted", np.int64, ()),
@@ -110,16 +116,17 @@ class ReplayServer:
 
     def __init__(self, transport: Transport, memory: UniformReplay, obs_shape: tuple[int, ...],
                  actors: Sequence[int], learners: int | Sequence[int], insert_cap: int,
-                 batch_size: int, limiter: RateLimiter, tags: tuple[int, int, int]) -> None:
+                 batch_size: int, limiter: RateLimiter, tags: tuple[int, int, int],
+                 obs_dtype: Any = np.float32) -> None:
         tag_insert, tag_request, tag_reply = tags
         self.learners = [learners] if isinstance(learners, int) else list(learners)
         self.t, self.memory, self.limiter = transport, memory, limiter
         self.tag_reply = tag_reply
-        self.inserts = Inbox(transport, transitions_schema(obs_shape, insert_cap), actors,
-                             tag_insert, depth=2, what="transitions")
+        self.inserts = Inbox(transport, transitions_schema(obs_shape, insert_cap, obs_dtype),
+                             actors, tag_insert, depth=2, what="transitions")
         self.requests = Inbox(transport, request_schema(batch_size), self.learners, tag_request,
                               depth=1, what="sample request")
-        schema = reply_schema(obs_shape, batch_size)
+        schema = reply_schema(obs_shape, batch_size, obs_dtype)
         self._reply = {r: schema.new() for r in self.learners}
         self._sending: dict[int, Request | None] = dict.fromkeys(self.learners)
         self._updated = dict.fromkeys(self.learners, False)  # pending request's updates applied
@@ -204,13 +211,14 @@ class ShardedReplayClient:
 
     def __init__(self, transport: Transport, shards: Sequence[int], obs_shape: tuple[int, ...],
                  batch_size: int, beta: float | Callable[[], float], prioritized: bool,
-                 tags: tuple[int, int], seed: int = 0) -> None:
+                 tags: tuple[int, int], seed: int = 0, obs_dtype: Any = np.float32) -> None:
         tag_request, tag_reply = tags
         self.t, self.shards, self.batch_size = transport, list(shards), batch_size
         self.beta = beta if callable(beta) else (lambda b=beta: b)
         self.prioritized = prioritized
         self.tag_request = tag_request
-        self.replies = Inbox(transport, reply_schema(obs_shape, batch_size), self.shards,
+        self.replies = Inbox(transport, reply_schema(obs_shape, batch_size, obs_dtype),
+                             self.shards,
                              tag_reply, depth=1, what="sample reply")
         self._req = {s: request_schema(batch_size).new() for s in self.shards}
         self._req_send = dict.fromkeys(self.shards)

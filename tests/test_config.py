@@ -18,7 +18,7 @@ from archzoo.errors import UsageError
 def _run_flags(arch: str) -> set[str]:
     run = build_parser(arch)._subparsers._group_actions[0].choices["run"]  # noqa: SLF001
     return {s for a in run._actions for s in a.option_strings  # noqa: SLF001
-            if s.startswith("--") and s not in ("--help", "--no-dueling")}
+            if s.startswith("--") and s != "--help" and not s.startswith("--no-")}
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))

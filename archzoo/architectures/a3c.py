@@ -27,7 +27,7 @@ import numpy as np
 from actors.segment import SegmentActor
 from archzoo import builders, harness
 from archzoo.comm import ControlChannel
-from archzoo.envs import EnvSpec, env_spec
+from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import run_shards, send_final_params, shard_stats
 from archzoo.nets import get_flat, num_params, set_flat
@@ -39,7 +39,7 @@ APPLIED = "gradients worker->shards and parameters shards->worker point-to-point
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = env_spec(ctx.cfg.env)
+    spec = builders.env_spec(ctx.cfg)
     if ctx.world_size == 1:
         return run_single(ctx, spec)
     k = ctx.cfg.ps_shards

@@ -24,7 +24,7 @@ from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Inbox, Message
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
-from archzoo.envs import EnvSpec, env_spec
+from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
@@ -37,7 +37,6 @@ from replay.server import (
     ReplayServer,
     ShardedReplayClient,
     insert,
-    transitions_schema,
 )
 
 APPLIED = ("parameter broadcast learner->actors; transitions actor->replay and "
@@ -51,7 +50,7 @@ def roles(cfg: ApexConfig, world_size: int) -> tuple[list[int], list[int]]:
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = env_spec(ctx.cfg.env)
+    spec = builders.env_spec(ctx.cfg)
     if ctx.world_size == 1:
         return run_single_dqn(ctx, spec)
     shards, actors = roles(ctx.cfg, ctx.world_size)
@@ -80,11 +79,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
                           min_sample=cfg.batch_size)
     if shards:
         client: Any = ShardedReplayClient(t, shards, spec.obs_shape, cfg.batch_size, cfg.beta,
-                                          True, harness.SAMPLE_TAGS,
-                                          cfg.seed)
+                                          True, harness.SAMPLE_TAGS, cfg.seed,
+                                          obs_dtype=spec.obs_dtype)
     else:
         memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
-        inserts = Inbox(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), actors,
+        inserts = Inbox(t, builders.transitions(cfg, spec), actors,
                         harness.TAG_TRANSITIONS, depth=2, what="transitions")
         client = LocalReplayClient(memory, cfg.batch_size, limiter)
     harness.handshake_root(control, leaves, builders.replay_digests(cfg, spec, n_params),
@@ -160,8 +159,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     limiter = RateLimiter(-(-cfg.learning_starts // len(shards)), cfg.samples_per_insert,
                           min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, mine, 0, cfg.insert_capacity(),
-                          cfg.batch_size, limiter,
-                          harness.REPLAY_TAGS)
+                          cfg.batch_size, limiter, harness.REPLAY_TAGS, spec.obs_dtype)
     n_params = num_params(builders.q_network(cfg, spec))
     harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
@@ -207,9 +205,9 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
     lc = harness.LeafControl(control, 0)
-    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes,
+    evaluator = GreedyEvaluator(spec, cfg.eval_episodes,
                                 harness.evaluator_seed(cfg.seed, ctx.rank))
-    out = DoubleBuffer(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), dest,
+    out = DoubleBuffer(t, builders.transitions(cfg, spec), dest,
                        harness.TAG_TRANSITIONS, "transitions")
     reporter = harness.StatsReporter(control, 0)
     comm = Timers()

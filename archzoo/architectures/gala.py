@@ -25,7 +25,7 @@ from actors.segment import SegmentActor
 from archzoo import builders, harness
 from archzoo.comm import ControlChannel
 from archzoo.config import GalaConfig
-from archzoo.envs import EnvSpec, env_spec
+from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.nets import get_flat, num_params, set_flat, set_flat_grad
 from archzoo.runlog import Monitor, Timers
@@ -85,7 +85,7 @@ class Agent:
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = env_spec(ctx.cfg.env)
+    spec = builders.env_spec(ctx.cfg)
     if ctx.transport is None:
         return run_single(ctx, spec)
     if ctx.rank == 0:

@@ -29,14 +29,14 @@ from archzoo import builders, harness
 from archzoo.comm import ControlChannel
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
-from archzoo.envs import EnvSpec, env_spec
+from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import run_shards, send_final_params, shard_stats
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
 from learners.dqn import dqn_gradient
 from paramserver import ParamShard, PSClient, PSTags, make_optimizer, ps_schemas, shard_bounds
-from replay.server import RateLimiter, ReplayServer, ShardedReplayClient, transitions_schema
+from replay.server import RateLimiter, ReplayServer, ShardedReplayClient
 
 PS_TAGS = PSTags.at(20)
 APPLIED = ("gradients learner->shards, parameters shards->learners/actors, transitions "
@@ -67,7 +67,7 @@ def _join(ctx: RankContext, spec: EnvSpec, shards: list[int], model):
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = env_spec(ctx.cfg.env)
+    spec = builders.env_spec(ctx.cfg)
     if ctx.world_size == 1:
         return run_single_dqn(ctx, spec)
     shards, replay, learners, actors = roles(ctx.cfg, ctx.world_size)
@@ -117,8 +117,7 @@ def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: lis
                                     harness.actor_seed(cfg.seed, ctx.rank))
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, actors, learners, cfg.insert_capacity(),
-                          cfg.batch_size, limiter,
-                          harness.REPLAY_TAGS)
+                          cfg.batch_size, limiter, harness.REPLAY_TAGS, spec.obs_dtype)
     n_params = num_params(builders.q_network(cfg, spec))
     harness.handshake_leaf(control, 0, _digests(cfg, spec, n_params),
                            cfg.startup_timeout)
@@ -146,7 +145,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     target = copy.deepcopy(online).requires_grad_(False)
     samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
                                   cfg.prioritized, harness.SAMPLE_TAGS,
-                                  harness.actor_seed(cfg.seed, ctx.rank))
+                                  harness.actor_seed(cfg.seed, ctx.rank),
+                                  obs_dtype=spec.obs_dtype)
     steps = 0
     grad_s = 0.0
     try:
@@ -184,9 +184,9 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
                             harness.actor_seed(cfg.seed, ctx.rank))
-    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes,
+    evaluator = GreedyEvaluator(spec, cfg.eval_episodes,
                                 harness.evaluator_seed(cfg.seed, ctx.rank))
-    out = DoubleBuffer(t, transitions_schema(spec.obs_shape, cfg.insert_capacity()), replay,
+    out = DoubleBuffer(t, builders.transitions(cfg, spec), replay,
                        harness.TAG_TRANSITIONS, "transitions")
     reporter = harness.StatsReporter(control, 0)
     k = 0

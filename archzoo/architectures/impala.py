@@ -145,7 +145,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     cfg, t = ctx.cfg, ctx.transport
     root = 0
-    model = ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden)  # weights come from 0
+    model = builders.actor_critic(cfg, spec)  # its weights come from rank 0
     u_schema, p_schema, digests = _schemas(cfg, spec, model)
     control = ControlChannel(t, [root], harness.TAG_CONTROL)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,

@@ -155,9 +155,9 @@ def play_star_roles(ctx: RankContext, single: Callable, root: Callable,
                     leaf: Callable) -> dict[str, Any] | None:
     """The star role map: ``single`` when alone, else ``root`` on rank 0 and ``leaf`` on
     the others; each gets the env's spec. Returns the root's summary."""
-    from archzoo.envs import env_spec
+    from archzoo.builders import env_spec
 
-    spec = env_spec(ctx.cfg.env)
+    spec = env_spec(ctx.cfg)
     if ctx.world_size == 1:
         return single(ctx, spec)
     if ctx.rank == 0:

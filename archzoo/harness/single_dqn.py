@@ -18,7 +18,7 @@ from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed, finish_single, open_run
 from archzoo.harness.protocol import RankContext
 from archzoo.nets import get_flat, num_params, set_flat
-from replay.server import LocalReplayClient, RateLimiter, insert, transitions_schema
+from replay.server import LocalReplayClient, RateLimiter, insert
 
 SINGLE_PROCESS_SPI = 4.0  # with --samples-per-insert 0: a usual DQN replay ratio
 
@@ -32,12 +32,12 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     policy = learner.model if cpu else builders.q_network(cfg, spec)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, policy,
                             cfg.eps_base, actor_seed(cfg.seed, 0))
-    evaluator = GreedyEvaluator(cfg.env, cfg.eval_episodes, evaluator_seed(cfg.seed, 0))
+    evaluator = GreedyEvaluator(spec, cfg.eval_episodes, evaluator_seed(cfg.seed, 0))
     memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI,
                           min_sample=cfg.batch_size)
     client = LocalReplayClient(memory, cfg.batch_size, limiter)
-    msg = transitions_schema(spec.obs_shape, cfg.insert_capacity()).new()
+    msg = builders.transitions(cfg, spec).new()
     flat = np.zeros(num_params(policy), np.float32)
     stop = None
     while stop is None:
