@@ -2,7 +2,7 @@
 
 Gymnasium 1.x vector envs autoreset on the *next* step (``AutoresetMode.NEXT_STEP``):
 after an episode ends, the following step returns the reset observation with reward 0
-and ignores the action. Actors mask that step out (DESIGN.md, Episodes).
+and ignores the action. Actors mask that step out (actors/base.py).
 """
 
 from __future__ import annotations
