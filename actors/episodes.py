@@ -8,8 +8,8 @@ import numpy as np
 class EpisodeTracker:
     """Accumulates each env's return and length over valid steps; reports finished episodes.
 
-    ``prev_done`` marks envs whose next step is gymnasium's autoreset step (DESIGN.md,
-    Episodes): that step is not a transition, so :meth:`valid` is False there.
+    ``prev_done`` marks envs whose next step is gymnasium's autoreset step (see the module
+    docstring of actors/base.py): that step is not a transition, so :meth:`valid` is False there.
     """
 
     def __init__(self, num_envs: int) -> None:

@@ -1,7 +1,7 @@
 """The batched inference server: GA3C's predictor and SEED RL's central inference.
 
-Seed 004 §12.4.2 (GA3C; Babaeizadeh et al. 2017, §4 "predictors") and §12.4.4 (SEED RL;
-Espeholt et al. 2020, §3 "central inference"): actors do not hold the policy. Each sends the
+GA3C (Babaeizadeh et al., ICLR 2017, §4 "predictors") and SEED RL (Espeholt et al., ICLR 2020,
+§3 "central inference"): actors do not hold the policy. Each sends the
 observations of all its E envs in one request; the server gathers the requests that have
 arrived into one batch — at most ``max_batch`` requests, waiting at most ``max_wait`` after
 the first one for more — runs ONE forward pass of π and V on its device, samples the

@@ -1,10 +1,10 @@
 """n-step transitions from per-step vector-env data, as Ape-X actors store them.
 
-Ape-X (Horgan et al. 2018, Algorithm 1; the book's Algorithm 12.41) actors keep a short local
+Ape-X (Horgan et al., ICLR 2018, Algorithm 1: the actor) actors keep a short local
 buffer per env and add n-step transitions (s_t, a_t, R_t, s_{t+n}, γ^n) to replay, with the
 truncated n-step return of Sutton & Barto (§7.1): R_t = Σ_{i<k} γ^i r_{t+i}, k = min(n, L−t).
 
-Episode ends follow DESIGN.md "Episodes": the autoreset step after an end is not a transition
+Episode ends follow actors/base.py: gymnasium's autoreset step after an end is not a transition
 (``valid=False``) and is skipped; on termination the bootstrap discount is 0; on truncation the
 observation returned with ``truncated=True`` is the final observation, bootstrapped with γ^k.
 """

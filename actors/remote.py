@@ -2,10 +2,10 @@
 
 - :class:`PolicyClient`: one request (x_t of all E envs) → one reply (a_t, μ(·|x_t), V(x_t)),
   with a deadline that names the server.
-- :class:`SeedActor` (SEED RL, Espeholt et al. 2020, §3; seed 004 §12.4.4): only steps the
+- :class:`SeedActor` (SEED RL, Espeholt et al., ICLR 2020, §3): only steps the
   envs. Each request also carries the reward and episode-end flags of the step that
   produced x_t, and whether that step was a transition (``valid``: False on gymnasium's
-  autoreset step, DESIGN.md, Episodes), so the learner can assemble unrolls itself.
+  autoreset step, see actors/base.py), so the learner can assemble unrolls itself.
 - :class:`RemoteUnrollActor` (GA3C, Babaeizadeh et al. 2017, §4 "agents"): an
   :class:`~actors.unroll.UnrollActor` whose actions come from the predictor; it still
   assembles its unrolls and sends them to the training queue.

@@ -1,13 +1,13 @@
 """An A3C/A2C actor-learner's experience: t_max-step segments of E envs, kept in-process.
 
-A3C (Mnih et al. 2016, Algorithm S3; the chapter's Algorithm 12.37, corrected per DESIGN.md)
+A3C (Mnih et al., ICML 2016, Algorithm S3 of the supplementary material; learners/a2c.py)
 acts for t_max steps *or until a terminal state* with the current parameters θ′, then computes
 n-step returns backwards over that segment and pushes the gradient. Here the segment is
 A2C-style: E envs of a gymnasium vector env stepped synchronously for exactly t_max steps.
 
-Episode ends inside a segment. Gymnasium 1.x autoresets on the *next* step (DESIGN.md,
-Episodes): if step t ends an episode (terminated or truncated; obs[t+1] is the final
-observation), step t+1 is the autoreset step (reset observation, reward 0, action ignored).
+Episode ends inside a segment. Gymnasium 1.x autoresets on the *next* step (actors/base.py):
+if step t ends an episode (terminated or truncated; obs[t+1] is the final observation), step
+t+1 is the autoreset step (reset observation, reward 0, action ignored).
 The segment does not stop there: it continues through the autoreset step, which is recorded
 with ``valid[t+1] = False`` (reward 0, flags False), and on into the next episode. The return
 recursion (learners.a2c.n_step_returns) is cut at step t: R_t = r_t on termination, R_t =

@@ -1,6 +1,6 @@
 """An Ape-X actor: ε-greedy on E envs, n-step transitions with initial priorities.
 
-Ape-X (Horgan et al. 2018, Algorithm 1; seed 004 Algorithm 12.41): each actor acts with
+Ape-X (Horgan et al., ICLR 2018, Algorithm 1: the actor): each actor acts with
 its own exploration rate ε_i = ε^(1 + α·i/(N−1)), builds n-step transitions, computes
 their initial priorities |δ| with its local network, and ships them in batches.
 """

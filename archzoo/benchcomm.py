@@ -19,7 +19,7 @@ under the venv's ``mpiexec -n N``. Each rank makes its transport and, for every 
 
 Large sizes use fewer calls: ``iters`` at ≤ 64 KiB, ``iters·√(64 KiB/size)`` above (at least
 min(iters, 3)). Wall-clock is measured only for N ≤ max(3, cores + 1): beyond that the ranks
-oversubscribe the cores and only the counts are taken (DESIGN.md, What the engines do).
+oversubscribe the cores and only the counts are taken (polling ranks would contend for cores).
 
 The parent writes into ``--out`` (default ``bench-comm-<time>/``): ``raw/<backend>-n<N>.json``
 (the workers' rows), ``comm.csv`` (one row per backend, N, op, size, topology), ``comm.md``
@@ -195,7 +195,7 @@ def n_iters(size: int, iters: int) -> int:
 
 
 def timed_limit() -> int:
-    """Largest N whose wall-clock is measured: 3 on this 2-core machine (DESIGN.md)."""
+    """Largest N whose wall-clock is measured: max(3, cores + 1), i.e. 3 on a 2-core machine."""
     return max(3, (os.cpu_count() or 1) + 1)
 
 

@@ -1,4 +1,4 @@
-"""Starting the processes of a run when no launcher did (DESIGN.md, Launching).
+"""Starting the processes of a run when no launcher did (docs/index.md, Launching).
 
 - gloo: spawn ``world_size`` copies of this command on loopback, each with ``RANK``,
   ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (what torchrun would set), and watch

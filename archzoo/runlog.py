@@ -1,4 +1,4 @@
-"""The run directory (DESIGN.md, Runs): config.json, metrics.csv, summary.json, policy.pt.
+"""The run directory: config.json, metrics.csv, summary.json, policy.pt (see docs/index.md).
 
 Only the deciding rank (rank 0) writes it. :class:`Monitor` keeps the learning curve
 (episode returns from the actors, env steps, updates, policy lag), decides when the

@@ -26,8 +26,8 @@
     .venv/bin/python benchmarks/bench_paramserver.py --no-ps --no-fps --solve --seeds 0 1 2
 
 Ranks run one at a time per configuration (the machine has 2 cores; K + W = 4 processes
-already oversubscribe it). Timings are not asserted anywhere (DESIGN.md, Testing); the
-numbers go in the "Measured" section of docs/a3c.md.
+already oversubscribe it). Timings are not asserted anywhere; the numbers go in the "Measured"
+section of docs/a3c.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ and 16 MiB. One-way time = round trip / 2; bandwidth = size / one-way time. Path
 The three paths alternate within each of ``--rounds`` rounds and the table shows the median
 round, so drift on a busy machine hits them alike. ``--iters`` is the number of round trips at
 8 B; 1 MiB uses iters/10 and 16 MiB iters/50 (at least 5). Prints a markdown table.
-Timings are not asserted anywhere (DESIGN.md, Testing): this is for the docs and for regressions.
+Timings are not asserted anywhere: this is for the docs and for regressions.
 """
 
 from __future__ import annotations

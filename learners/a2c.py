@@ -1,19 +1,19 @@
 """n-step advantage actor-critic (A3C/A2C): returns, loss, and the gradient a client pushes.
 
 References: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning",
-Algorithm S3 (A3C, per actor-learner) and §4 (entropy regularisation); the chapter's
-Algorithm 12.37, corrected as in DESIGN.md ("Where seed 004 is loose or wrong"):
+Algorithm S3 of the supplementary material (A3C, per actor-learner) and §4 (entropy
+regularisation). In the notation of Algorithm S3:
 
-  * act with θ′ *until* a terminal state or t − t_start = t_max (the text inverts the test);
+  * act with θ′ *until* a terminal state or t − t_start = t_max;
   * R = 0 if s_t is terminal, else V(s_t; θ′_v); for i = t−1 .. t_start: R ← r_i + γR,
     dθ  ← dθ  + ∇_θ′ log π(a_i|s_i; θ′) · (R − V(s_i; θ′_v))   with (R − V) held constant,
     dθ_v ← dθ_v + ∂(R − V(s_i; θ′_v))² / ∂θ′_v;
   * plus Mnih et al.'s entropy bonus β ∇_θ′ H(π(·|s_i; θ′));
-  * the gradient is pushed after every t_max segment (not after T_max steps), and clients
+  * the gradient is pushed after every t_max segment (T_max bounds the whole run), and clients
     push gradients of the *loss* (descent direction is −gradient), see :func:`a2c_gradient`.
 
 Segments (actors/segment.py) are [T, E] time-major, with gymnasium 1.x next-step autoreset
-(DESIGN.md, Episodes): a step that ends an episode is followed by an autoreset step with
+(actors/base.py): a step that ends an episode is followed by an autoreset step with
 ``valid = False``; on truncation the bootstrap is V(final observation) = V(obs[i+1]).
 """
 
@@ -52,7 +52,7 @@ def _check_shape(name: str, x: Tensor, shape: tuple[int, ...]) -> None:
 
 def n_step_returns(rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Tensor,
                    valid: Tensor, gamma: float) -> Tensor:
-    """R_i of the corrected Algorithm 12.37, computed backwards over a segment; [T, E].
+    """R_i of Algorithm S3 (Mnih et al. 2016), computed backwards over a segment; [T, E].
 
     Args:
         rewards, terminated, truncated, valid: [T, E] step i's reward and flags.
@@ -93,7 +93,7 @@ def _mean_valid(x: Tensor, valid: Tensor) -> Tensor:
 def a2c_loss(logits: Tensor, values: Tensor, actions: Tensor, returns: Tensor, valid: Tensor,
              value_coef: float = 0.5, entropy_coef: float = 0.01
              ) -> tuple[Tensor, dict[str, float]]:
-    """A3C/A2C loss (Mnih et al. 2016, Algorithm S3 + entropy; corrected Algorithm 12.37).
+    """A3C/A2C loss (Mnih et al. 2016, Algorithm S3 plus the entropy bonus of §4).
 
     loss = pg_loss + value_coef * value_loss − entropy_coef * entropy, with N valid steps,
       pg_loss    = −(1/N) Σ_valid log π(a_i|s_i) · (R_i − V(s_i)),  (R_i − V(s_i)) detached

@@ -1,6 +1,6 @@
 """The Ape-X DQN learner: n-step double Q-learning with a dueling network and a target copy.
 
-Ape-X (Horgan et al. 2018, Algorithm 2; the book's Algorithm 12.42): sample a prioritised
+Ape-X (Horgan et al., ICLR 2018, Algorithm 2: the learner): sample a prioritised
 batch, compute the n-step double-Q target (van Hasselt et al. 2016)
     y = R + γ^n · Q_target(s', argmax_a Q_online(s', a))     (γ^n → 0 on termination),
 minimise the importance-weighted Huber loss of δ = y − Q(s, a), return |δ| as the new
@@ -103,7 +103,7 @@ def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.nd
                  max_grad_norm: float | None = 10.0) -> tuple[np.ndarray, np.ndarray, dict]:
     """The flat gradient of the double-DQN loss (not applied), for a parameter server.
 
-    Gorila (Nair et al. 2015; seed 004 §12.4.6): a learner computes the gradient with its
+    Gorila (Nair et al. 2015): a learner computes the gradient with its
     online network and a target network that follows the server, and pushes it. Returns
     (float32 gradient in ``parameters()`` order, clipped on the client; |δ| per item; stats).
     """

@@ -1,6 +1,6 @@
 """GA3C's trainer loss: the A3C n-step advantage actor-critic on unrolls from the queue.
 
-GA3C (Babaeizadeh et al. 2017, §4; seed 004 §12.4.2) trains with A3C's loss (Mnih et al.
+GA3C (Babaeizadeh et al., ICLR 2017, §4) trains with A3C's loss (Mnih et al.
 2016, Algorithm S3; learners/a2c.py) on experience whose actions came from the predictor,
 i.e. from parameters that may be a few updates old: GA3C's "policy lag", which it leaves
 uncorrected (§5 of the paper discusses the instability it causes). ``--loss vtrace`` swaps

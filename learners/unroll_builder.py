@@ -1,6 +1,6 @@
 """SEED RL's unrolls, assembled on the learner from the inference traffic itself.
 
-In SEED RL (Espeholt et al. 2020, §3; seed 004 §12.4.4) actors only step environments, so
+In SEED RL (Espeholt et al., ICLR 2020, §3) actors only step environments, so
 the learner, which answers every step, keeps one unroll buffer per actor: request k brings
 x_k (and the reward, episode-end flags and ``valid`` of the step that produced it); the
 reply brings a_k and the behaviour logits μ(·|x_k). After T steps the request's x_T closes

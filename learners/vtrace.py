@@ -2,13 +2,13 @@
 
 Reference: Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL with Importance
 Weighted Actor-Learner Architectures", eq. 1 (V-trace target) and §4.2 (actor-critic
-update); the book chapter writes the same target as eq. 12.1.
+update).
 
 Notation:
   * pi is the learner's CURRENT policy (the logits the learner computes now) and mu is the
-    behaviour policy that actually acted (the actor's possibly stale copy). The chapter's
-    phrase "mean of the actors' policies" for the target policy is wrong: the ratios are
-    pi(a|x) / mu(a|x) with pi the policy being learned.
+    behaviour policy that actually acted (the actor's possibly stale copy). pi is not a mean
+    of the actors' policies: the ratios are pi(a|x) / mu(a|x) with pi the policy being
+    learned.
   * Tensors are time-major: per-step quantities are [T, B]; ``values`` is [T+1, B] and holds
     V(x_0) .. V(x_T), with V(x_T) the bootstrap at the end of the unroll.
 
@@ -64,7 +64,7 @@ def vtrace_targets(
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
 ) -> VTraceTargets:
-    """V-trace targets v_s and policy-gradient advantages (IMPALA eq. 1 / chapter eq. 12.1).
+    """V-trace targets v_s and policy-gradient advantages (IMPALA eq. 1).
 
     Args:
         target_logp: [T, B] log pi(a_s|x_s) under the learner's current policy pi.

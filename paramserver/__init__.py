@@ -3,10 +3,10 @@
 Clients push gradients of the loss and pull parameters shard by shard, concurrently
 (:class:`PSClient`); each shard (:class:`ParamShard`) holds its slice and that slice's
 optimizer state (:class:`SharedRMSProp` as in A3C, or :class:`Adam`) and counts versions.
-async mode applies each gradient as it arrives (A3C, seed 004 Algorithm 12.37), optionally
+async mode applies each gradient as it arrives (A3C, Mnih et al. 2016, Algorithm S3), optionally
 dropping gradients more than S versions stale; sync mode waits for W − D of W workers,
-averages in rank order and applies once (DPPO's chief, seed 004 Algorithm 12.38). K shards
-give bit-for-bit the parameters of one (Gorila's sharded server, seed 004 §12.4.6).
+averages in rank order and applies once (DPPO's chief, Heess et al. 2017). K shards
+give bit-for-bit the parameters of one (Gorila's sharded server, Nair et al. 2015).
 """
 
 from paramserver.client import PSClient, clip_grad_norm

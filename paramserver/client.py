@@ -2,10 +2,10 @@
 
 The client splits the flat gradient by :func:`~paramserver.shard.shard_bounds`, starts the push
 to every shard before waiting on any (the shards work concurrently, as in Gorila's sharded
-server, seed 004 §12.4.6), then gathers the replies shard by shard into one flat parameter
-vector plus one version per shard. An A3C actor-learner (seed 004 Algorithm 12.37; Mnih et al.
-2016, Algorithm S3) pulls, computes the gradient of its loss over t_max steps, clips it here
-with :func:`clip_grad_norm` and pushes; the reply to the push is the fresh parameters.
+server, Nair et al. 2015), then gathers the replies shard by shard into one flat parameter
+vector plus one version per shard. An A3C actor-learner (Mnih et al. 2016, Algorithm S3)
+pulls, computes the gradient of its loss over t_max steps, clips it here with
+:func:`clip_grad_norm` and pushes; the reply to the push is the fresh parameters.
 
 One request (push or pull) per client is in flight at a time: :meth:`PSClient.wait_params` must
 take its reply before the next one.

@@ -4,7 +4,7 @@ Each optimizer owns the state of one slice of the flat parameter vector and upda
 elementwise in float32, one correctly rounded operation at a time (multiply, add, divide,
 square root; no fused multiply-add, no reduction across the vector, no transcendental
 function). So K shards that each step their own slice give bit-for-bit the result of one
-shard stepping the whole vector (Gorila's sharded parameter server, seed 004 §12.4.6, is
+shard stepping the whole vector (Gorila's sharded parameter server, Nair et al. 2015, is
 then exactly the unsharded one).
 
 - :class:`SharedRMSProp`: A3C's optimizer (Mnih et al. 2016, supplementary §S3 "shared
@@ -13,9 +13,9 @@ then exactly the unsharded one).
 - :class:`Adam` (Kingma & Ba 2015, Algorithm 1), with its bias correction.
 
 ``step(params, grad)`` takes a numpy array or a CPU torch tensor (updated in place through a
-zero-copy numpy view); ``grad`` is the gradient *of the loss* and the step descends (seed 004's
-Algorithm 12.37 writes dθ for the objective; archzoo's clients push gradients of the loss,
-DESIGN.md "Where seed 004 is loose").
+zero-copy numpy view); ``grad`` is the gradient *of the loss* and the step descends (Mnih et
+al.'s Algorithm S3 accumulates the policy's dθ as a gradient of the objective, to be ascended;
+archzoo's clients push gradients of the loss, see :func:`learners.a2c.a2c_gradient`).
 """
 
 from __future__ import annotations

@@ -2,16 +2,18 @@
 a version counter, served over the Transport.
 
 The flat vector is split into K contiguous slices (:func:`shard_bounds`) held by K ranks, as in
-Gorila's sharded parameter server (Nair et al. 2015; seed 004 §12.4.6). Clients push gradients
-of the loss and pull parameters; every shard counts its own versions (updates applied).
+Gorila's sharded parameter server (Nair et al. 2015, "Massively Parallel Methods for Deep
+Reinforcement Learning"). Clients push gradients of the loss and pull parameters; every shard
+counts its own versions (updates applied).
 
-- async (A3C, Mnih et al. 2016, Algorithm S3; seed 004 Algorithm 12.37): each gradient is
-  applied as it arrives and answered with the fresh parameters. With a staleness bound S, a
-  gradient computed on parameters more than S versions old is dropped and counted.
-- sync (DPPO's chief, seed 004 Algorithm 12.38): a round collects gradients computed on the
-  current version until W − D of the W workers have pushed, sums them in ascending worker rank,
-  divides by W − D and applies once. A gradient for a round already applied (one of the D late
-  ones) is discarded and counted, and its worker is answered with the fresh parameters at once.
+- async (A3C, Mnih et al. 2016, Algorithm S3): each gradient is applied as it arrives and
+  answered with the fresh parameters. With a staleness bound S, a gradient computed on
+  parameters more than S versions old is dropped and counted.
+- sync (the chief of DPPO, Heess et al. 2017, "Emergence of Locomotion Behaviours in Rich
+  Environments"): a round collects gradients computed on the current version until W − D of
+  the W workers have pushed, sums them in ascending worker rank, divides by W − D and applies
+  once. A gradient for a round already applied (one of the D late ones) is discarded and
+  counted, and its worker is answered with the fresh parameters at once.
 
 :class:`ShardState` is the rule without a transport (testable, usable in one process);
 :class:`ParamShard` serves it without ever blocking, like ``replay.server.ReplayServer``.

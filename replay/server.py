@@ -1,6 +1,6 @@
 """A replay shard served over the Transport, and the learner's client for K shards.
 
-Ape-X (Horgan et al. 2018, §3; seed 004 §12.4.5): actors insert batches of n-step
+Ape-X (Horgan et al., ICLR 2018, §3): actors insert batches of n-step
 transitions with the priorities they computed, without waiting for an answer; the
 learner asks for sample batches, prefetching the next while it trains, and sends the
 new priorities back with its next request. With K shards the learner draws from each

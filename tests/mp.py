@@ -1,6 +1,6 @@
 """Run a Python script or module as N ranks on this machine, for multi-process tests.
 
-Two launchers, the same as a user would use (DESIGN.md, Launching / Testing; never mocked):
+Two launchers, the same as a user would use (docs/index.md, Launching; never mocked):
 
 - :func:`run_gloo` starts N subprocesses itself, as torchrun or archzoo's embedded launcher
   would: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``. The

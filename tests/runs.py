@@ -35,7 +35,7 @@ def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 
 def load_run(d: Path) -> dict:
-    """Check the run directory is complete (DESIGN.md, Runs); return summary.json."""
+    """Check the run directory is complete (archzoo/runlog.py); return summary.json."""
     for f in RUN_FILES:
         assert (d / f).is_file(), f"{f} missing in {d}"
     cfg = json.loads((d / "config.json").read_text())
@@ -49,8 +49,8 @@ def load_run(d: Path) -> dict:
 
 
 def solve_either_seed(arch: str, args: list[str], tmp: Path, seeds=(0, 1)) -> dict:
-    """Run ``archzoo run ARCH`` with each seed until one solves (DESIGN.md, Testing: a
-    bounded solve passes if either of two seeds solves); returns that run's summary."""
+    """Run ``archzoo run ARCH`` with each seed until one solves (a bounded solve passes if
+    either of two seeds solves); returns that run's summary."""
     results = []
     for seed in seeds:
         d = tmp / f"seed{seed}"

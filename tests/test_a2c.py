@@ -1,7 +1,7 @@
 """Tests for learners/a2c.py and actors/segment.py against plain references.
 
-The references follow the corrected Algorithm 12.37 (DESIGN.md; Mnih et al. 2016, Algorithm
-S3) literally: each env's column of a segment is split into A3C pieces ("until a terminal
+The references follow A3C's Algorithm S3 (Mnih et al. 2016; see learners/a2c.py)
+literally: each env's column of a segment is split into A3C pieces ("until a terminal
 state or t_max"), each piece starts its backward recursion from R = 0 (terminated),
 V(final observation) (truncated) or V(s_T) (segment end), and then walks i = end .. start
 with R ← r_i + γR. Autoreset steps (valid False) belong to no piece.
@@ -52,7 +52,7 @@ if STEPS not in gym.registry:
 
 
 # ---------------------------------------------------------------------------------------------
-# References: the corrected Algorithm 12.37, one env and one step at a time
+# References: A3C's Algorithm S3 (Mnih et al. 2016), one env and one step at a time
 # ---------------------------------------------------------------------------------------------
 def a3c_pieces(term, trunc, valid):
     """One env's column -> [(start, end, kind)], kind in terminated/truncated/end/cut.

@@ -1,4 +1,4 @@
-"""Tests of archzoo.topology.async_tree (DESIGN.md Topology, seed 004 §12.2–12.3): the
+"""Tests of archzoo.topology.async_tree (the k-nomial tree of docs/topologies.md): the
 asynchronous tree broadcast and reduce on the real engines (tests/async_topology_cases.py under
 gloo for N = 3, 5, 8 and MPI for N = 5, 8, fan-out 2 and 3), and single-process checks of the
 tree links, a one-rank world and argument validation.

@@ -1,6 +1,6 @@
 """Tests of ``archzoo bench comm`` (archzoo/benchcomm.py): a tiny end-to-end run on both real
 engines (counts held to archzoo.topology.counts, outputs complete, α–β fit computed), the fit on
-synthetic data with known α and β, and bad flags. Speed is not asserted (DESIGN.md, Testing).
+synthetic data with known α and β, and bad flags. Speed is not asserted (benchmarks measure it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The bounded full solve CI runs: IMPALA (embedded, gloo, async) reaches 475 on CartPole-v1.
 
-Bounded by an env-step budget; passes if either of two seeds solves (DESIGN.md, Testing).
+Bounded by an env-step budget; passes if either of two seeds solves (tests/runs.py).
 """
 
 from __future__ import annotations

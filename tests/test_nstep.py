@@ -3,7 +3,7 @@
 The reference collects each env's full episode trajectory and its end kind, then for every t
 computes R_t = Σ_{i=0}^{min(n, L−t)−1} γ^i r_{t+i} (Sutton & Barto §7.1) with discount γ^n if
 t+n < L, else 0 (terminated) or γ^{L−t} (truncated), and next_obs = obs_{t+n} or the final
-observation. Autoreset steps (valid=False, DESIGN.md "Episodes") are not transitions.
+observation. Autoreset steps (valid=False, see actors/base.py) are not transitions.
 """
 
 from __future__ import annotations

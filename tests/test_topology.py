@@ -1,6 +1,7 @@
 """Tests of archzoo.topology: every collective of every topology on both real engines for
 N = 1..9 (tests/topology_cases.py, one launch per world size and engine), and single-process
-checks of the count formulas (DESIGN.md Topology, seed 004 §12.3) and of argument validation.
+checks of the count formulas (archzoo/topology/counts.py, docs/topologies.md) and of argument
+validation.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def test_tree_broadcast_counts(m):
             assert total == n - 1  # a tree spreads the load, it does not cut the total
             assert rounds == k and c[root][1] == k  # ⌈log_m N⌉ rounds, the root in every one
             assert c[root][0] <= (m - 1) * k
-            if n == m ** k:  # seed 004's (m−1)⌈log_m N⌉ is the root's count
+            if n == m ** k:  # (m−1)⌈log_m N⌉ is the root's count, not the total
                 assert c[root][0] == (m - 1) * k
             assert all(c[r][0] <= c[root][0] for r in range(n))
             # relabelling: a different root is a rotation of root 0

@@ -2,7 +2,7 @@
 
 Every unroll the actor emits is replayed on an independently built vector env with the
 recorded actions, and checked field by field against a per-env python loop that applies
-DESIGN.md "Episodes": the step after an episode end is gymnasium's autoreset step (reset
+the rule of actors/base.py: the step after an episode end is gymnasium's autoreset step (reset
 observation, reward 0, action ignored), is not a transition, and is marked valid=False; on
 truncation the observation returned with truncated=True (obs[t+1]) is the final one.
 CartPole observations are also checked against the single-env CartPole dynamics.

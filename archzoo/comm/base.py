@@ -1,4 +1,4 @@
-"""The transport interface every architecture talks to (DESIGN.md, Transport).
+"""The transport interface every architecture talks to (docs/index.md, "The Transport contract").
 
 Point-to-point with tags and non-blocking requests, receive from any of a set
 of peers, barrier, and the engine's native collectives as a baseline. Every wait

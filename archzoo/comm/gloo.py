@@ -1,6 +1,6 @@
 """torch.distributed (gloo) engine.
 
-Two facts about gloo shape this module (DESIGN.md, What the engines do):
+Two facts about gloo shape this module:
 ``Work.is_completed()`` of a point-to-point op stays False until someone calls
 ``wait()``, and ``wait(timeout)`` that expires closes the connection. So each
 (peer, tag, direction) gets a daemon *waiter thread* that calls the blocking

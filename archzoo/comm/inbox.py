@@ -3,7 +3,7 @@
 gloo is a rendezvous (an ``isend`` completes only once the receiver posted its
 receive), so a receiver keeps ``depth`` receives posted per peer it listens to,
 each into its own preallocated message, and polls them. Never ``recv(src=None)``:
-it cannot notice a dead peer or be withdrawn (DESIGN.md, Transport).
+it cannot notice a dead peer or be withdrawn (docs/index.md, "The Transport contract").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Asynchronous collectives over the k-nomial tree: broadcast and reduce-to-root, never blocking.
 
-DESIGN.md Topology (tree with fan-out m) and seed 004 §12.2–12.3 (星形/树形结构通信): the same
+The k-nomial tree with fan-out m (docs/topologies.md) run asynchronously: the same
 tree as :class:`~archzoo.topology.tree.TreeTopology` — relative ranks ``v = (rank − root) mod N``,
 the parent of v > 0 is ``v − v mod m^(L+1)`` with L the position of v's lowest non-zero base-m
 digit, and v's children are ``v + j·m^k < N`` for k < L, j = 1..m−1 (:func:`tree_links`) — but

@@ -1,4 +1,4 @@
-"""Explicit collective schedules over a Transport (DESIGN.md, Topology; seed 004 §12.2–12.3).
+"""Explicit collective schedules over a Transport (docs/topologies.md describes each one).
 
 A :class:`Topology` turns a collective (broadcast, reduce, all-reduce, gather, gossip-average)
 into a fixed schedule of point-to-point messages over the :class:`~archzoo.comm.base.Transport`,
@@ -134,7 +134,7 @@ class Topology(ABC):
 
     def _gossip_average(self, flat: np.ndarray) -> None:
         raise NotImplementedError(f"{self.name}: gossip averaging is defined on the ring "
-                                  f"topology only (PALA, seed 002)")
+                                  f"topology only (GALA, Assran et al. 2019)")
 
     # -- helpers for subclasses -----------------------------------------------------------------
     def _step(self, what: str, recvs: Sequence[tuple[np.ndarray, int]] = (),

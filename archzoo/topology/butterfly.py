@@ -1,6 +1,8 @@
 """Butterfly with radix m: all-reduce by generalised recursive doubling.
 
-Seed 004 §12.3 (蝴蝶形结构通信) and DESIGN.md Topology. Write ranks in base m.
+The exchange pattern of recursive doubling (Thakur, Rabenseifner & Gropp 2005, "Optimization
+of Collective Communication Operations in MPICH"), generalised to radix m; docs/topologies.md
+gives the counts. Write ranks in base m.
 
 - N = m^K: in round k = 0..K−1 each rank exchanges its partial sum with the m−1 ranks that
   differ from it only in digit k, and adds the m values of that group in digit order (so every
@@ -17,11 +19,11 @@ Seed 004 §12.3 (蝴蝶形结构通信) and DESIGN.md Topology. Write ranks in b
     excess rank:   sends 1 message in 2 rounds (fold, unfold),
   K + 2 rounds overall and P·(m−1)·K + 2(N − P) messages in all.
 - broadcast, reduce and gather use the k-nomial tree with the same radix m (a butterfly with one
-  source *is* that tree — seed 004 builds the butterfly by overlapping trees), so their counts
+  source *is* that tree — the all-reduce overlays one such tree per source), so their counts
   are the tree's (:mod:`archzoo.topology.tree`).
 
-Seed 004's claim that a butterfly keeps working when any process fails is false (DESIGN.md):
-here a dead peer makes its partners' waits raise, naming it, like every other schedule.
+A butterfly does not survive a failed process: every rank's result needs every rank's data,
+so here a dead peer makes its partners' waits raise, naming it, like every other schedule.
 """
 
 from __future__ import annotations

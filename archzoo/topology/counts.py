@@ -1,5 +1,5 @@
-"""Messages and rounds per rank by the formulas of each schedule (DESIGN.md Topology, seed 004
-§12.2–12.3), written independently of the schedules so that tests can hold them to it.
+"""Messages and rounds per rank by the formulas of each schedule (docs/topologies.md), written
+independently of the schedules so that tests can hold them to it.
 
 ``expected_counts(name, op, n, fanout, root)[rank] == (messages sent, rounds)``, with
 ``op`` one of broadcast, reduce, all_reduce, gather, gossip_average. all_reduce has no root:

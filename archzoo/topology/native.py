@@ -1,5 +1,5 @@
 """The engine's own collectives (gloo's or MPI's algorithms): the baseline the explicit
-topologies are measured against (DESIGN.md, Transport and Topology).
+topologies are measured against (docs/topologies.md).
 
 - broadcast: ``Transport.broadcast`` of the array's bytes (any dtype).
 - all_reduce: ``Transport.all_reduce(op="sum")``, then one division by N for the mean.

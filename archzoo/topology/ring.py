@@ -1,7 +1,8 @@
 """Ring: each rank talks to its neighbours r−1 and r+1 (mod N) only.
 
-DESIGN.md Topology; gossip as in GALA/PALA (seed 002). Messages travel in the direction
-r → r+1 except in gossip, which uses both neighbours.
+All-reduce as in Patarasuk & Yuan 2009 ("Bandwidth optimal all-reduce algorithms for clusters
+of workstations"); gossip as in GALA (Assran et al., NeurIPS 2019, Algorithm 1). Messages
+travel in the direction r → r+1 except in gossip, which uses both neighbours.
 
 - all_reduce: reduce-scatter then all-gather on the flat view split into N chunks whose sizes
   differ by at most one (⌊i·size/N⌋ boundaries, so any size works, 0 included: chunks may be

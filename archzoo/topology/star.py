@@ -1,4 +1,4 @@
-"""Star topology: the root exchanges with every other rank directly (seed 004 §12.2).
+"""Star topology: the root exchanges with every other rank directly (docs/topologies.md).
 
 Used for the central learner's parameter broadcast: the root sends N−1 messages per
 version, one per leaf, and the root's load grows with N (what tree and butterfly spread).

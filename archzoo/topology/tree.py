@@ -1,14 +1,16 @@
 """k-nomial tree with fan-out m, and the star as its one-round special case.
 
-Seed 004 §12.3 (树形结构通信), DESIGN.md Topology. Ranks are relabelled relative to the root,
-``v = (rank - root) mod N``, and written in base m. With K = ⌈log_m N⌉:
+The binomial tree of Thakur, Rabenseifner & Gropp 2005 ("Optimization of Collective
+Communication Operations in MPICH") generalised to fan-out m; docs/topologies.md gives the
+counts. Ranks are relabelled relative to the root, ``v = (rank - root) mod N``, and written in
+base m. With K = ⌈log_m N⌉:
 
 - broadcast, rounds k = K−1, …, 0 (stride s = m^k): every rank holding the data (v ≡ 0 mod
   m·s) sends it to the m−1 new ranks v + j·s < N (j = 1..m−1). Rank v > 0 receives once, from
   its parent v − (v mod m^(L+1)) in round L(v) = position of its lowest non-zero digit.
   N is reached in ⌈log_m N⌉ rounds with N−1 messages in all; rank v sends
   Σ_{k<L(v)} min(m−1, ⌊(N−1−v)/m^k⌋) messages, so the root sends (m−1)⌈log_m N⌉ when N = m^K
-  and at most that otherwise (seed 004's count is the root's, not the total).
+  and at most that otherwise (a tree spreads the load; it does not cut the total).
 - reduce: the same tree reversed, rounds k = 0, …, K−1: each rank adds its children's partial
   sums to its own and sends the result to its parent (N−1 messages of the full size).
 - all_reduce: reduce to rank 0, then broadcast from rank 0 (2K rounds, 2(N−1) messages).
@@ -17,7 +19,7 @@ Seed 004 §12.3 (树形结构通信), DESIGN.md Topology. Ranks are relabelled r
   min(m^L(v), N−v) blocks of ``array.nbytes`` each; the root receives N−1 blocks in (m−1)K
   messages at most, and Σ_v min(m^L(v), N−v) blocks travel in all.
 
-Star (seed 004 §12.3, 星形结构): the root exchanges with every other rank directly, i.e. this
+Star: the root exchanges with every other rank directly, i.e. this
 tree with m = N: one round, the root sends (broadcast) or receives (reduce, gather) N−1
 messages; all_reduce = reduce + broadcast in two rounds.
 """
