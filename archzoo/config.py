@@ -418,7 +418,8 @@ def flags_markdown(configs: dict[str, type[RunConfig]]) -> str:
     lines = ["# Flags", "",
              "Generated from the config dataclasses in `archzoo/config.py` by "
              "`python -m archzoo.config > docs/flags.md`; `archzoo run ARCH --help` shows the "
-             "same text, and a test keeps this page equal to the code.", ""]
+             "same text, and a test keeps this page equal to the code. The papers behind the "
+             "hyper-parameters are in [references.md](references.md).", ""]
     common = {f.name for f in flag_fields(RunConfig)}
 
     def table(title: str, cls: type[RunConfig], names: set[str] | None) -> None:
