@@ -74,10 +74,12 @@ def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner:
 
 def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> UniformReplay:
     """Prioritized (Ape-X; Gorila with --prioritized) or uniform (Gorila's default) replay."""
+    fields = memory_fields(spec.obs_shape, spec.obs_dtype)
+    # image observations are kept as frames stored once (Atari: stacks of 4 along axis 0)
+    frames = (("obs", "next_obs"), 0 if spec.atari else None) if spec.image else None
     if not cfg.prioritized:
-        return UniformReplay(capacity, memory_fields(spec.obs_shape, spec.obs_dtype), seed=seed)
-    return PrioritizedReplay(capacity, memory_fields(spec.obs_shape, spec.obs_dtype),
-                             alpha=cfg.alpha,
+        return UniformReplay(capacity, fields, seed=seed, frames=frames)
+    return PrioritizedReplay(capacity, fields, alpha=cfg.alpha, frames=frames,
                              beta=cfg.beta, seed=seed)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replay.frames import FramePool, StackedFrames
 from replay.trees import MinTree, SumTree
 
 FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
@@ -53,17 +54,29 @@ def importance_weights(
 class UniformReplay:
     """FIFO replay in preallocated arrays (Ape-X evicts oldest first); uniform sampling."""
 
-    def __init__(self, capacity: int, fields: FieldSpec, seed: int = 0) -> None:
+    def __init__(self, capacity: int, fields: FieldSpec, seed: int = 0,
+                 frames: tuple[tuple[str, ...], int | None] | None = None) -> None:
+        """``frames = (names, axis)`` keeps those fields (``obs`` and ``next_obs``) as single
+        frames stored once (replay/frames.py), stacked along ``axis`` (None: the whole
+        observation is one frame)."""
         capacity = int(capacity)
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if not fields:
             raise ValueError("fields must name at least one field")
         self.capacity: int = capacity
+        names, axis = frames or ((), None)
+        self._frames: dict[str, StackedFrames] = {}
+        pool = None
+        for name in names:  # obs and next_obs share one pool: x_{t+n} is a later x_t
+            shape, dtype = fields[name]
+            self._frames[name] = StackedFrames(capacity, tuple(shape), dtype, axis, pool)
+            pool = self._frames[name].pool
         self._data = {
             name: np.zeros((capacity, *tuple(shape)), dtype=np.dtype(dtype))
-            for name, (shape, dtype) in fields.items()
+            for name, (shape, dtype) in fields.items() if name not in self._frames
         }
+        self._shapes = {name: tuple(shape) for name, (shape, _) in fields.items()}
         self._item_ids = np.full(capacity, -1, dtype=np.int64)
         self._next_slot = 0
         self._next_id = 0
@@ -75,8 +88,9 @@ class UniformReplay:
 
     def _write(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
         """Store the batch FIFO; returns (slots written, number of leading items skipped)."""
-        if set(batch) != set(self._data):
-            raise ValueError(f"batch fields {sorted(batch)} != memory fields {sorted(self._data)}")
+        if set(batch) != set(self._shapes):
+            raise ValueError(f"batch fields {sorted(batch)} != memory fields "
+                             f"{sorted(self._shapes)}")
         lengths = {len(v) for v in batch.values()}
         if len(lengths) != 1:
             raise ValueError(f"batch fields have different lengths: {sorted(lengths)}")
@@ -84,12 +98,14 @@ class UniformReplay:
         kept = min(n, self.capacity)
         skipped = n - kept  # items older than the last `capacity` would be evicted at once
         slots = (self._next_slot + skipped + np.arange(kept)) % self.capacity
-        for name, store in self._data.items():
+        for name, shape in self._shapes.items():
             values = np.asarray(batch[name])[skipped:]
-            if values.shape[1:] != store.shape[1:]:
-                raise ValueError(f"field {name!r}: item shape {values.shape[1:]} != "
-                                 f"{store.shape[1:]}")
-            store[slots] = values
+            if values.shape[1:] != shape:
+                raise ValueError(f"field {name!r}: item shape {values.shape[1:]} != {shape}")
+            if name in self._frames:
+                self._frames[name].write(slots, values)
+            else:
+                self._data[name][slots] = values
         self._item_ids[slots] = self._next_id + skipped + np.arange(kept, dtype=np.int64)
         self._next_id += n
         self._next_slot = (self._next_slot + n) % self.capacity
@@ -105,8 +121,14 @@ class UniformReplay:
         return SampleBatch(
             idx=idx,
             item_ids=self._item_ids[idx].copy(),
-            data={name: store[idx] for name, store in self._data.items()},
+            data={**{name: store[idx] for name, store in self._data.items()},
+                  **{name: f.read(idx) for name, f in self._frames.items()}},
         )
+
+    @property
+    def frame_pool(self) -> FramePool | None:
+        """The pool of distinct frames, when observations are kept as frames."""
+        return next(iter(self._frames.values())).pool if self._frames else None
 
     def sample(self, batch_size: int) -> SampleBatch:
         """Uniform sample with replacement over the stored items."""
@@ -133,8 +155,9 @@ class PrioritizedReplay(UniformReplay):
         seed: int = 0,
         beta_final: float | None = None,
         beta_steps: int = 0,
+        frames: tuple[tuple[str, ...], int | None] | None = None,
     ) -> None:
-        super().__init__(capacity, fields, seed)
+        super().__init__(capacity, fields, seed, frames)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         if not 0.0 <= beta <= 1.0:

@@ -1,0 +1,101 @@
+"""Frames stored once (replay/frames.py): what comes out of the replay is exactly what went
+in, across episode boundaries and FIFO wrap-around, while each distinct frame is stored once
+and freed with the last transition that shows it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from replay.frames import FramePool
+from replay.memory import PrioritizedReplay, UniformReplay
+from replay.server import memory_fields
+
+SHAPE = (4, 6, 5)  # a stack of 4 frames of 6×5, stacked along axis 0 as ALE's are
+
+
+def stream(envs: int, steps: int, n: int, seed: int):
+    """n-step transitions of E envs as an Atari actor makes them: stacks of the last 4
+    frames (zeros before an episode's first), next_obs = the stack n steps later."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(envs):
+        stack = np.zeros(SHAPE, np.uint8)
+        stacks = []
+        for t in range(steps):
+            if t % 17 == 0:  # an episode starts: the stack restarts from zeros
+                stack = np.zeros(SHAPE, np.uint8)
+            frame = rng.integers(0, 4, size=SHAPE[1:], dtype=np.uint8)  # few values: repeats
+            stack = np.concatenate([stack[1:], frame[None]])
+            stacks.append(stack)
+        for t in range(steps - n):
+            out.append((e, t, stacks[t], stacks[t + n]))
+    order = rng.permutation(len(out))  # transitions of many envs arrive interleaved
+    return [out[i] for i in order]
+
+
+def batches(items, size):
+    for i in range(0, len(items), size):
+        chunk = items[i:i + size]
+        yield {"obs": np.stack([c[2] for c in chunk]),
+               "next_obs": np.stack([c[3] for c in chunk]),
+               "action": np.arange(i, i + len(chunk)), "ret": np.zeros(len(chunk), np.float32),
+               "discount": np.ones(len(chunk), np.float32)}
+
+
+@pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay])
+def test_round_trip_across_episodes_and_wraparound(cls) -> None:
+    items = stream(envs=3, steps=120, n=3, seed=0)
+    capacity = 100  # far fewer than the 351 items: the FIFO wraps three times
+    fields = memory_fields(SHAPE, np.uint8)
+    mem = cls(capacity, fields, seed=1, frames=(("obs", "next_obs"), 0))
+    ref = cls(capacity, fields, seed=1)  # stores every observation whole
+    for b in batches(items, 23):
+        if cls is PrioritizedReplay:
+            mem.add(b, np.ones(len(b["ret"])))
+            ref.add(b, np.ones(len(b["ret"])))
+        else:
+            mem.add(b)
+            ref.add(b)
+    idx = np.arange(capacity)
+    got, want = mem._gather(idx), ref._gather(idx)  # noqa: SLF001 - every slot
+    for k in fields:
+        assert got.data[k].dtype == want.data[k].dtype
+        np.testing.assert_array_equal(got.data[k], want.data[k], err_msg=k)
+    np.testing.assert_array_equal(got.item_ids, want.item_ids)
+    # sampled batches rebuild stacks too
+    s = mem.sample(64)
+    kept = {int(a): (o, x) for a, o, x in zip(ref._data["action"], ref._data["obs"],  # noqa: SLF001
+                                             ref._data["next_obs"], strict=True)}  # noqa: SLF001
+    for a, o, x in zip(s.data["action"], s.data["obs"], s.data["next_obs"], strict=True):
+        np.testing.assert_array_equal(o, kept[int(a)][0])
+        np.testing.assert_array_equal(x, kept[int(a)][1])
+
+
+def test_each_distinct_frame_is_stored_once_and_freed_with_its_last_transition() -> None:
+    items = stream(envs=2, steps=200, n=3, seed=2)
+    mem = UniformReplay(1000, memory_fields(SHAPE, np.uint8), frames=(("obs", "next_obs"), 0))
+    for b in batches(items, 50):
+        mem.add(b)
+    pool = mem.frame_pool
+    distinct = {f.tobytes() for _, _, o, x in items for f in (*o, *x)}
+    assert len(pool) == len(distinct)
+    assert len(pool) < 0.2 * 8 * len(items)  # 8 frames per transition, stored ~once each
+    # overwrite everything with one repeated transition: every old frame is freed
+    z = np.zeros((1000, *SHAPE), np.uint8)
+    mem.add({"obs": z, "next_obs": z, "action": np.zeros(1000, np.int64),
+             "ret": np.zeros(1000, np.float32), "discount": np.zeros(1000, np.float32)})
+    assert len(pool) == 1 and pool.refs.sum() == 1000 * 8
+
+
+def test_pool_keeps_colliding_or_equal_content_apart_correctly() -> None:
+    pool = FramePool((2,), np.uint8, capacity=2)
+    a, b = np.array([[1, 2]], np.uint8), np.array([[3, 4]], np.uint8)
+    sa, sb, sa2 = pool.put(a), pool.put(b), pool.put(a)
+    assert sa[0] == sa2[0] != sb[0] and len(pool) == 2
+    pool.put(np.array([[5, 6], [7, 8]], np.uint8))  # grows past its first capacity
+    assert len(pool) == 4 and np.array_equal(pool.frames[sb[0]], b[0])
+    pool.release(sa)
+    assert len(pool) == 4  # a is still shown once
+    pool.release(sa2)
+    assert len(pool) == 3 and pool.refs[sa[0]] == 0
