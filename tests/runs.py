@@ -77,3 +77,13 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                        env=clean_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
+
+
+# -- what a leaf's own transport counted (its BYE statistics, summary.json per_rank_bytes) --
+
+
+def leaf_counters(summary: dict, rank: int) -> dict[str, int]:
+    """Messages and bytes rank ``rank`` sent and received by its own transport's count, as it
+    reported them in its BYE (taken before the BYE itself was sent)."""
+    return summary["per_rank_bytes"][str(rank)]
+
