@@ -87,3 +87,16 @@ def leaf_counters(summary: dict, rank: int) -> dict[str, int]:
     reported them in its BYE (taken before the BYE itself was sent)."""
     return summary["per_rank_bytes"][str(rank)]
 
+
+
+def solve_counts(total_msgs: int, total_bytes: int, known: dict[int, int],
+                 unknown: tuple[int, int]) -> tuple[int, int]:
+    """The numbers (x, y) of messages of two unknown sizes ``unknown`` = (size_x, size_y) in a
+    stream of ``total_msgs`` messages and ``total_bytes`` bytes that also holds ``known``
+    {size: count}: two equations, two unknowns; both must come out whole and >= 0."""
+    m = total_msgs - sum(known.values())
+    b = total_bytes - sum(size * count for size, count in known.items())
+    sx, sy = unknown
+    x, rem = divmod(b - m * sy, sx - sy)
+    assert rem == 0 and 0 <= x <= m, f"no whole solution: {total_msgs} msgs, {total_bytes} B"
+    return x, m - x
