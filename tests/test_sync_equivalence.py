@@ -3,11 +3,12 @@
 ``--mode sync`` promises that a distributed IMPALA or SEED run is the sequential algorithm
 executed by several processes: every round each actor contributes one unroll (IMPALA) or one
 inference request (SEED) in rank order, and the learner's steps see exactly the data a single
-process would have produced. These tests run the real CLI (gloo processes on loopback), then
-rebuild the algorithm in the test process from the components alone (actors, the learner,
-the inference policy and unroll builder; no transport, no architecture module) with the same
-seeds and hyper-parameters, and require the final parameters to be *equal* (``torch.equal``),
-and the step, episode, update and batch counts and the mean return to match exactly.
+process would have produced. These tests run the real CLI (gloo processes on loopback, or MPI
+under mpiexec), then rebuild the algorithm in the test process from the components alone
+(actors, the learner, the inference policy and unroll builder; no transport, no architecture
+module) with the same seeds and hyper-parameters, and require the final parameters to be
+*equal* (``torch.equal``), and the step, episode, update and batch counts and the mean return
+to match exactly.
 
 What the comparison can and cannot catch: the reference uses the same actor, learner and
 loss code as the run, so a bug inside those (say a sign in the V-trace loss) changes both
@@ -24,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from actors.inference import BatchedPolicy, reply_schema, request_schema
@@ -84,13 +86,14 @@ class Tally:
         return sum(last) / len(last)
 
 
-def _run(tmp: Path, arch: str, hp: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+def _run(tmp: Path, arch: str, backend: str, hp: dict) -> tuple[dict, dict[str, torch.Tensor]]:
     d = tmp / arch
-    r = cli("run", arch, "--actors", str(len(ACTORS)), "--mode", "sync", "--backend", "gloo",
+    r = cli("run", arch, "--actors", str(len(ACTORS)), "--mode", "sync", "--backend", backend,
             *_flags(hp), "--quiet", "--run-dir", str(d))
     assert r.returncode == 0, r.stdout + r.stderr
     s = load_run(d)
-    assert (s["world_size"], s["mode"], s["stop_reason"]) == (3, "sync", "steps"), s
+    assert (s["backend"], s["world_size"], s["mode"], s["stop_reason"]) == \
+        (backend, 3, "sync", "steps"), s
     return s, torch.load(d / "policy.pt", weights_only=True)["state_dict"]
 
 
@@ -133,8 +136,9 @@ def impala_reference(hp: dict) -> tuple[Learner, Tally]:
     return learner, tally
 
 
-def test_sync_impala_equals_sequential_reference(tmp_path: Path) -> None:
-    s, params = _run(tmp_path, "impala", HP)
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_sync_impala_equals_sequential_reference(tmp_path: Path, backend: str) -> None:
+    s, params = _run(tmp_path, "impala", backend, HP)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as every rank runs (--threads 1)
     try:
@@ -215,9 +219,10 @@ def seed_reference(hp: dict) -> tuple[Learner, Tally, int]:
     return learner, tally, batches
 
 
-def test_sync_seed_equals_sequential_reference(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_sync_seed_equals_sequential_reference(tmp_path: Path, backend: str) -> None:
     hp = dict(HP, total_steps=2000)
-    s, params = _run(tmp_path, "seed", hp)
+    s, params = _run(tmp_path, "seed", backend, hp)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
