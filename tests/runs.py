@@ -77,3 +77,26 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                        env=clean_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
+
+
+# -- what a leaf's own transport counted (its BYE statistics, summary.json per_rank_bytes) --
+
+
+def leaf_counters(summary: dict, rank: int) -> dict[str, int]:
+    """Messages and bytes rank ``rank`` sent and received by its own transport's count, as it
+    reported them in its BYE (taken before the BYE itself was sent)."""
+    return summary["per_rank_bytes"][str(rank)]
+
+
+
+def solve_counts(total_msgs: int, total_bytes: int, known: dict[int, int],
+                 unknown: tuple[int, int]) -> tuple[int, int]:
+    """The numbers (x, y) of messages of two unknown sizes ``unknown`` = (size_x, size_y) in a
+    stream of ``total_msgs`` messages and ``total_bytes`` bytes that also holds ``known``
+    {size: count}: two equations, two unknowns; both must come out whole and >= 0."""
+    m = total_msgs - sum(known.values())
+    b = total_bytes - sum(size * count for size, count in known.items())
+    sx, sy = unknown
+    x, rem = divmod(b - m * sy, sx - sy)
+    assert rem == 0 and 0 <= x <= m, f"no whole solution: {total_msgs} msgs, {total_bytes} B"
+    return x, m - x

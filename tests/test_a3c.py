@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from archzoo.comm.control import control_schema
+from archzoo.envs import env_spec
+from archzoo.nets import ActorCritic, num_params
+from archzoo.topology.star import params_schema
+from paramserver.shard import push_schema, reply_schema, request_schema, shard_bounds
 from tests.mp import describe, run_mpi
-from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
+from tests.runs import RANDOM_RETURN, cli, leaf_counters, load_run, solve_either_seed, torchrun
 
 SMOKE = ["--total-steps", "120000", "--quiet", "--seed", "4", "--log-interval", "0.5"]
+
+
+def worker_pushes(s: dict, cfg: dict, worker: int, first_worker: bool) -> int:
+    """How many gradients ``worker`` pushed (to every shard), from its own transport's
+    counters: it received WELCOME, STOP and one reply from each shard to its first pull and
+    to every push; it sent HELLO, some stats messages, a pull and a BYE to each shard, a push
+    to each shard per gradient and (the first worker) the final parameters. Both byte totals
+    must agree with the message counts."""
+    spec = env_spec(cfg["env"])
+    n = num_params(ActorCritic(spec.obs_shape, spec.num_actions, cfg["hidden"]))
+    sizes = [hi - lo for lo, hi in shard_bounds(n, cfg["ps_shards"])]
+    k, control = len(sizes), control_schema().nbytes
+    c = leaf_counters(s, worker)
+    replies, rem = divmod(c["msgs_recv"] - 2, k)
+    assert rem == 0, c
+    pushes = replies - 1
+    assert c["bytes_recv"] == 2 * control + replies * sum(reply_schema(m).nbytes for m in sizes)
+    final = 1 if first_worker else 0
+    stats_msgs = c["msgs_sent"] - 1 - 2 * k - pushes * k - final
+    assert stats_msgs >= 0, c
+    assert c["bytes_sent"] == ((1 + stats_msgs) * control + 2 * k * request_schema().nbytes
+                               + pushes * sum(push_schema(m).nbytes for m in sizes)
+                               + final * params_schema(n).nbytes), c
+    return pushes
 
 
 def check(d: Path, backend: str, world: int, shards: int) -> dict:
@@ -17,15 +47,23 @@ def check(d: Path, backend: str, world: int, shards: int) -> dict:
     assert (s["arch"], s["backend"], s["world_size"]) == ("a3c", backend, world)
     assert s["env_steps"] >= 120000 and s["final_mean_return"] > RANDOM_RETURN + 10
     if world > 1:
+        cfg = json.loads((d / "config.json").read_text())
         assert s["ps_shards"] == shards and set(s["ps"]) == {str(r) for r in range(shards)}
+        workers = range(shards, world)
+        pushes = [worker_pushes(s, cfg, w, w == shards) for w in workers]
+        # every gradient a worker pushed reached every shard and was counted there once
         for st in s["ps"].values():
+            assert st["pushed"] == sum(pushes), (pushes, st)
             settled = st["applied"] + st["dropped_stale"] + st["dropped_late"] + st["abandoned"]
-            if s["mode"] == "async":  # every push is applied or dropped on arrival
-                assert st["applied"] == st["pushed"] - st["dropped_stale"]
-            else:  # at most one sync round (one push per worker) still open at the stop
-                assert 0 <= st["pushed"] - settled <= world - shards, st
-        versions = {st["version"] for st in s["ps"].values()}
-        assert s["learner_updates"] in versions
+            assert settled == st["pushed"], st  # all answered by the end of the run
+            if s["mode"] == "async":  # one update per applied gradient
+                assert st["version"] == st["applied"] == st["pushed"] - st["dropped_stale"]
+            else:  # one update per round of W - D gradients
+                assert st["applied"] == (len(workers) - cfg["ps_drop"]) * st["version"], st
+        assert s["learner_updates"] == s["ps"]["0"]["version"]
+        assert {st["version"] for st in s["ps"].values()} == {s["learner_updates"]}
+        # every valid env step reported came from a pushed segment of t_max steps of E envs
+        assert s["env_steps"] <= sum(pushes) * cfg["t_max"] * cfg["envs_per_actor"]
     return s
 
 

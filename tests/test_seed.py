@@ -13,31 +13,66 @@ from pathlib import Path
 import pytest
 import torch
 
+from actors.inference import reply_schema, request_schema
+from archzoo.comm.control import control_schema
+from archzoo.envs import env_spec
 from tests.mp import describe, run_mpi
-from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
+from tests.runs import RANDOM_RETURN, cli, leaf_counters, load_run, solve_either_seed, torchrun
 
 SMOKE = ["--total-steps", "150000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
 
 
+def actor_requests(s: dict, actor: int) -> tuple[int, int]:
+    """(requests sent, replies received) by ``actor``'s own transport's counters: it sent
+    HELLO and one message per request; it received WELCOME, STOP and the replies it took
+    (a request may be left unanswered at STOP). Byte totals must agree with the counts."""
+    spec = env_spec(s["env"])
+    E, control = s["envs_per_actor"], control_schema().nbytes
+    c = leaf_counters(s, actor)
+    sent, replies = c["msgs_sent"] - 1, c["msgs_recv"] - 2
+    assert c["bytes_sent"] == control + sent * request_schema(spec, E).nbytes, c
+    assert c["bytes_recv"] == 2 * control + replies * reply_schema(spec, E).nbytes, c
+    assert 0 <= sent - replies <= 1, c
+    return sent, replies
+
+
 def check(d: Path, backend: str, world: int, mode: str = "async") -> dict:
-    """Complete run directory, data flowed, beat random, and inference was batched."""
+    """Complete run directory, data flowed, beat random, and the server's inference and
+    update counts agree with what the actors counted themselves."""
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"], s["mode"]) == ("seed", backend, world,
                                                                      mode)
     assert s["env_steps"] >= 150000 and s["learner_updates"] > 10
     assert s["final_mean_return"] > RANDOM_RETURN + 10, s["final_mean_return"]
     inf = s["inference"]
-    steps_per_request = s["envs_per_actor"]
+    T, E = json.loads((d / "config.json").read_text())["unroll_length"], s["envs_per_actor"]
     # every env step of every actor was one answered request row (plus first requests)
-    assert inf["requests"] * steps_per_request >= s["env_steps"]
-    assert 1.0 <= inf["mean_batch_size"] <= max(1, world - 1)
+    assert inf["requests"] * E >= s["env_steps"]
     rows = list(csv.DictReader(open(d / "metrics.csv")))
-    if world > 1:
-        assert any(r["infer_batch_mean"] for r in rows)
-        assert {f"actor{a}" for a in range(1, world)} <= set(s["time_breakdown_s"])
-        if mode == "sync":  # lockstep: every batch holds one request from every actor
-            assert inf["mean_batch_size"] == world - 1
+    if world == 1:  # one request per env step; an update per unroll of T after the first
+        assert inf["requests"] == inf["batches"] == T * s["learner_updates"] + 1
+        return s
+    actors = range(1, world)
+    counts = [actor_requests(s, a) for a in actors]
+    sent, taken = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    # the server answered every reply an actor took, and no request no actor sent
+    assert taken <= inf["requests"] <= sent, (counts, inf)
+    # a batch holds at most one request per actor (each has one in flight)
+    assert inf["requests"] / len(actors) <= inf["batches"] <= inf["requests"]
+    assert inf["mean_batch_size"] == pytest.approx(inf["requests"] / inf["batches"])
+    if mode == "sync":  # lockstep: every actor took part in every batch
+        for a_sent, a_taken in counts:
+            assert a_taken <= inf["batches"] <= a_sent, (counts, inf)
+    # an actor's first answered request opens its unroll, each T more close one; an update
+    # takes one unroll per actor as soon as that many are complete (--batch-unrolls 0)
+    lo = sum((t - 1) // T for _, t in counts) // len(actors)
+    hi = sum((n - 1) // T for n, _ in counts) // len(actors)
+    assert lo <= s["learner_updates"] <= hi, (counts, s["learner_updates"])
+    # the overall mean batch is a weighted mean of the metrics rows' window means
+    means = [float(r["infer_batch_mean"]) for r in rows if r["infer_batch_mean"]]
+    assert min(means) - 5e-4 <= inf["mean_batch_size"] <= max(means) + 5e-4
+    assert {f"actor{a}" for a in actors} <= set(s["time_breakdown_s"])
     return s
 
 

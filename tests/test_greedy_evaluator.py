@@ -1,0 +1,111 @@
+"""actors/evaluation.py GreedyEvaluator: one greedy episode per env, returns against manual
+rollouts with the same seeds.
+
+- On tests/logged_env.py's env (a SyncVectorEnv: sub-env i is reset with seed s + i) the
+  reference plays each episode alone in a plain ``gym.make`` env reset with seed s + i,
+  acting by argmax Q, and sums its rewards until the episode terminates or is truncated.
+  Rewards depend on the step and the action, and a finished env goes on (autoreset) while
+  the others play: what it earns then must not count.
+- On CartPole (its own vectorised env, one random generator for all envs) the reference steps
+  an identical vector env with the same seed and greedy actions and reads each env's first
+  episode length off the step at which it first ended (reward 1 per step).
+- Evaluation k (k = 0, 1, ...) starts from seed s + 7919·k: new start states each time.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from actors.evaluation import GreedyEvaluator
+from actors.transitions import TransitionActor
+from archzoo.envs import env_spec, make_vector_env
+from learners.dqn import QNetwork
+from tests.logged_env import ENV_ID, NUM_ACTIONS
+
+
+def greedy_of(net: torch.nn.Module):
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return net(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
+    return act
+
+
+def rollout_alone(env_id: str, seed: int, act) -> float:
+    env = gym.make(env_id)
+    try:
+        obs, _ = env.reset(seed=seed)
+        ret, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(int(act(obs[None])[0]))
+            ret += float(r)
+            done = term or trunc
+        return ret
+    finally:
+        env.close()
+
+
+def first_episode_lengths(env_id: str, n: int, seed: int, act) -> np.ndarray:
+    envs = make_vector_env(env_id, n)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        length = np.zeros(n, np.int64)
+        ended = np.zeros(n, bool)
+        t = 0
+        while not ended.all():
+            obs, _, term, trunc, _ = envs.step(act(obs))
+            t += 1
+            newly = (term | trunc) & ~ended
+            length[newly] = t
+            ended |= newly
+        return length
+    finally:
+        envs.close()
+
+
+def test_returns_equal_single_env_rollouts_with_the_same_seeds() -> None:
+    torch.manual_seed(4)
+    net = QNetwork((3,), NUM_ACTIONS, hidden=16)
+    act = greedy_of(net)
+    ev = GreedyEvaluator(ENV_ID, episodes=6, seed=40)
+    try:
+        for k in range(3):
+            got = ev.run(act)
+            want = [rollout_alone(ENV_ID, 40 + 7919 * k + i, act) for i in range(6)]
+            assert got.tolist() == pytest.approx(want, rel=1e-12), k
+    finally:
+        ev.close()
+    assert len(set(want)) > 1  # episodes of different lengths and actions
+
+
+def test_cartpole_returns_equal_first_episode_lengths() -> None:
+    torch.manual_seed(2)
+    spec = env_spec("CartPole-v1")
+    net = QNetwork(spec.obs_shape, spec.num_actions, hidden=16)
+    act = greedy_of(net)
+    ev = GreedyEvaluator("CartPole-v1", episodes=5, seed=123)
+    try:
+        first = ev.run(act)
+        second = ev.run(act)
+    finally:
+        ev.close()
+    np.testing.assert_array_equal(first, first_episode_lengths("CartPole-v1", 5, 123, act))
+    np.testing.assert_array_equal(second,
+                                  first_episode_lengths("CartPole-v1", 5, 123 + 7919, act))
+    assert not np.array_equal(first, second)
+
+
+def test_an_apex_actors_greedy_is_argmax_q_in_the_evaluator() -> None:
+    """What Ape-X and Gorila evaluate, ``evaluator.run(actor.greedy)``, is argmax Q."""
+    torch.manual_seed(9)
+    net = QNetwork((3,), NUM_ACTIONS, hidden=16)
+    actor = TransitionActor(env_spec(ENV_ID), 1, 3, 0.9, net, eps=1.0, seed=0)
+    a, b = GreedyEvaluator(ENV_ID, 4, seed=7), GreedyEvaluator(ENV_ID, 4, seed=7)
+    try:
+        assert a.run(actor.greedy).tolist() == b.run(greedy_of(net)).tolist()
+    finally:
+        actor.close()
+        a.close()
+        b.close()
