@@ -2,9 +2,9 @@
 message counts (tests/star_cases.py, one launch per scenario and engine).
 
 Parameter sizes: 4675 floats is CartPole's default actor-critic (--hidden 64), 1000 floats a
-small model. Under MPI a message that small goes eagerly (MPICH copies it out and completes
-the send before the receiver asked for it), which breaks two promises of StarPublisher; those
-cases are marked xfail (strict, so a fix shows up) and the bug is described there.
+small model. Under MPI a message that small would go eagerly (MPICH copies it out and
+completes the send before the receiver asked for it), so StarPublisher sends synchronously
+(Issend): the small cases check that latest-wins and wait_all still hold.
 """
 
 from __future__ import annotations
@@ -20,13 +20,6 @@ from tests.mp import describe, run_gloo, run_mpi
 HERE = Path(__file__).resolve().parent
 CARTPOLE_AC = 4675  # parameters of ActorCritic((4,), 2, hidden=64)
 SMALL = 1000
-
-MPI_EAGER = pytest.mark.xfail(strict=True, reason=(
-    "StarPublisher relies on a send completing only once the leaf took it. MPI sends of "
-    "small messages (here < ~10 KB) complete eagerly, before the leaf posted its receive: "
-    "the publisher then sends every version to a slow leaf, which queues them all, and "
-    "wait_all returns while a leaf has not taken the latest version (a synchronous send, "
-    "MPI Issend, would keep both promises)"))
 
 
 def launch(engine: str, n_ranks: int, scenario: str, n_params: int) -> list[dict]:
@@ -66,7 +59,7 @@ def _check_leaves_and_counts(res: list[dict], last: int) -> None:
 
 
 LATEST_CASES = [("gloo", SMALL), ("gloo", CARTPOLE_AC), ("mpi", CARTPOLE_AC),
-                pytest.param("mpi", SMALL, marks=MPI_EAGER)]
+                ("mpi", SMALL)]
 
 
 @pytest.mark.parametrize("engine,n_params", LATEST_CASES)
@@ -94,7 +87,7 @@ def test_wait_all_after_each_publish_delivers_every_version(engine: str, n_param
 
 
 @pytest.mark.parametrize("engine,n_params", [("gloo", SMALL), ("mpi", CARTPOLE_AC),
-                                             pytest.param("mpi", SMALL, marks=MPI_EAGER)])
+                                             ("mpi", SMALL)])
 def test_wait_all_waits_for_a_leaf_that_has_not_taken_it(engine: str, n_params: int) -> None:
     """A leaf with no receive posted: wait_all(timeout_s=1) raises PeerTimeout naming it;
     once the leaf takes the message every leaf ends with the version."""

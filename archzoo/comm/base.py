@@ -124,8 +124,13 @@ class Transport(ABC):
 
     # -- engine primitives -------------------------------------------------
     @abstractmethod
-    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> Request:
-        """Start sending ``buf`` (contiguous, kept alive and unmodified until complete)."""
+    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
+              synchronous: bool = False) -> Request:
+        """Start sending ``buf`` (contiguous, kept alive and unmodified until complete).
+
+        ``synchronous``: the send completes only once ``dst`` has posted the matching
+        receive (gloo's sends always do; MPI otherwise completes small sends eagerly, before
+        the receiver asked). Latest-wins publishers need it to know a peer took a message."""
 
     @abstractmethod
     def irecv(self, buf: np.ndarray, src: int, tag: int, what: str = "message") -> Request:

@@ -114,7 +114,8 @@ class GlooTransport(Transport):
         self._progress.wait(seconds)
         self._progress.clear()
 
-    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> GlooRequest:
+    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
+              synchronous: bool = True) -> GlooRequest:  # gloo's sends are rendezvous
         self._check_peer(dst)
         t = torch.from_numpy(as_bytes(buf))
         try:

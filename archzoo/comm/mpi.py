@@ -73,10 +73,12 @@ class MPITransport(Transport):
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
         self._pending: set[MPIRequest] = set()  # posted receives, withdrawn at shutdown
 
-    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message") -> MPIRequest:
+    def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
+              synchronous: bool = False) -> MPIRequest:
         self._check_peer(dst)
         b = as_bytes(buf)
-        req = MPIRequest(self.comm.Isend([b, self.MPI.BYTE], dst, tag), b, dst, what,
+        send = self.comm.Issend if synchronous else self.comm.Isend
+        req = MPIRequest(send([b, self.MPI.BYTE], dst, tag), b, dst, what,
                          self.rank, direction="to")
         self.counters.sent(dst, b.nbytes)
         return req

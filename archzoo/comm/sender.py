@@ -14,7 +14,9 @@ class DoubleBuffer:
 
     :meth:`next` returns the buffer to fill, after its previous send completed (so a
     message is never rewritten while the transport still reads it); :meth:`send` puts it
-    on the wire; :meth:`flush` waits for both sends.
+    on the wire; :meth:`flush` waits for both sends. Sends are synchronous, so a sender
+    whose receiver stopped taking messages blocks after two (back-pressure), on MPI too,
+    where small messages would otherwise complete eagerly and queue without bound.
     """
 
     def __init__(self, t: Transport, schema: Schema, dest: int, tag: int, what: str) -> None:
@@ -32,7 +34,8 @@ class DoubleBuffer:
 
     def send(self) -> None:
         j = self.i % 2
-        self.sending[j] = self.t.isend(self.buffers[j].buffer, self.dest, self.tag, self.what)
+        self.sending[j] = self.t.isend(self.buffers[j].buffer, self.dest, self.tag, self.what,
+                                       synchronous=True)
         self.i += 1
 
     def flush(self, on_poll: Callable[[], None] | None = None) -> None:

@@ -56,7 +56,7 @@ class StarPublisher:
                 continue
             self._buf[leaf].copy_from(self.latest)
             self._req[leaf] = self.transport.isend(self._buf[leaf].buffer, leaf, self.tag,
-                                                   "parameters")
+                                                   "parameters", synchronous=True)
             self.messages += 1
             self._stale.discard(leaf)
 
