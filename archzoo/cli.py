@@ -158,9 +158,11 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     if rules.problem:
         raise UsageError(rules.problem)
     try:
-        env_spec(cfg.env)
+        spec = env_spec(cfg.env, cfg.env_kwargs, episodic_life=cfg.episodic_life,
+                        clip_rewards=cfg.clip_rewards)
     except EnvError as e:
         raise UsageError(str(e)) from None
+    _check_model(cfg, spec)
     changes: dict[str, Any] = {}
     if cfg.target_return is None:
         import gymnasium as gym
@@ -216,6 +218,25 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         cfg = cfg.replace(run_dir=str(Path("runs") /
                                       f"{cfg.arch}-{cfg.env}-{cfg.backend}-{stamp}"))
     return arch, launch, cfg, world
+
+
+def _check_model(cfg: RunConfig, spec: Any) -> None:
+    """The chosen torso must take this env's observations (built once on the CPU)."""
+    import torch
+
+    from archzoo.nets import make_torso
+
+    try:
+        torso = make_torso(cfg.model, spec.obs_shape, spec.obs_dtype,
+                           getattr(cfg, "hidden", 64), spec.num_actions)
+    except ValueError as e:  # an unknown name, a factory that cannot load, a misfit
+        raise UsageError(str(e)) from None
+    try:
+        with torch.no_grad():
+            torso(torch.zeros((1, *spec.obs_shape), dtype=torch.float32))
+    except Exception as e:  # noqa: BLE001 - any failure here is a model that does not fit
+        raise UsageError(f"--model {cfg.model} does not fit {cfg.env}'s observations "
+                         f"{tuple(spec.obs_shape)} {spec.obs_dtype}: {e}") from None
 
 
 def _forward_argv(argv: list[str], args: RunConfig) -> list[str]:

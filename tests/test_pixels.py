@@ -1,0 +1,258 @@
+"""Pixel workloads: ALE preprocessing against gymnasium's wrappers, observations that keep
+their dtype in every message and in replay, the torsos and heads, a user's model, bad input,
+and every architecture on MinAtar and ALE Pong on every launch way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from mp import describe, run_mpi
+from runs import cli, load_run, torchrun
+
+from actors.inference import request_schema
+from actors.unroll import UnrollActor, unroll_schema
+from archzoo.envs import env_spec, make_vector_env
+from archzoo.nets import ActorCritic, make_torso
+from learners.dqn import QNetwork
+from replay.server import reply_schema, transitions_schema
+
+MINATAR, PONG = "MinAtar/Breakout-v1", "ALE/Pong-v5"
+HERE = Path(__file__).resolve().parent
+
+
+def test_ale_preprocessing_equals_gymnasium_wrappers() -> None:
+    """ale-py's vector env with archzoo's settings = AtariPreprocessing + FrameStackObservation
+    (no-op starts and sticky actions off so both see the same frames)."""
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    kw = {"noop_max": 0, "repeat_action_probability": 0.0}
+    ours = make_vector_env(env_spec("ALE/Breakout-v5", kw), 1)
+    ref = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0)
+    ref = FrameStackObservation(AtariPreprocessing(ref, noop_max=0, frame_skip=4,
+                                                   screen_size=84, grayscale_obs=True),
+                                4, padding_type="zero")
+    o, _ = ours.reset(seed=5)
+    r, _ = ref.reset(seed=5)
+    assert o.dtype == r.dtype == np.uint8 and o.shape[1:] == r.shape == (4, 84, 84)
+    np.testing.assert_array_equal(o[0], r)
+    rng = np.random.default_rng(0)
+    steps = 0
+    while True:
+        a = int(rng.integers(4))
+        o, rew, term, trunc, _ = ours.step(np.array([a]))
+        r, rew2, term2, trunc2, _ = ref.step(a)
+        np.testing.assert_array_equal(o[0], r, err_msg=f"step {steps}")
+        assert (rew[0], term[0], trunc[0]) == (rew2, term2, trunc2)
+        steps += 1
+        if term2 or trunc2:
+            break
+    assert steps > 20
+    ours.close()
+    ref.close()
+
+
+def test_observations_keep_their_dtype_in_every_message() -> None:
+    pong, minatar = env_spec(PONG), env_spec(MINATAR)
+    assert (pong.obs_shape, pong.obs_dtype) == ((4, 84, 84), "|u1")
+    assert (minatar.obs_shape, minatar.obs_dtype) == ((10, 10, 4), "|b1")
+    for spec in (pong, minatar):
+        dt = np.dtype(spec.obs_dtype)
+        u = unroll_schema(spec, 20, 16)
+        assert u.fields["obs"].dtype == dt
+        frame_bytes = int(np.prod(spec.obs_shape)) * dt.itemsize
+        assert u.fields["obs"].nbytes == 21 * 16 * frame_bytes  # not widened to float32
+        assert request_schema(spec, 16).fields["obs"].dtype == dt
+        tr = transitions_schema(spec.obs_shape, 8, spec.obs_dtype)
+        rp = reply_schema(spec.obs_shape, 8, spec.obs_dtype)
+        assert tr.fields["obs"].dtype == tr.fields["next_obs"].dtype == rp.fields["obs"].dtype
+    # a 20-step unroll of 16 Atari envs: ~9.5 MB as uint8 (38 MB as float32)
+    assert unroll_schema(pong, 20, 16).nbytes < 10e6
+
+
+def test_unroll_actor_records_frames_bit_exact() -> None:
+    """The unroll's observations are the env's own uint8 frames, not a float copy."""
+    spec = env_spec(PONG, {"noop_max": 0})
+    model = ActorCritic(spec.obs_shape, spec.num_actions, model="nature-cnn",
+                        obs_dtype=spec.obs_dtype)
+    actor = UnrollActor(spec, 2, 5, model, seed=3)
+    msg = unroll_schema(spec, 5, 2).new()
+    actor.collect(msg)
+    envs = make_vector_env(spec, 2)
+    obs, _ = envs.reset(seed=3)
+    np.testing.assert_array_equal(msg["obs"][0], obs)
+    for t in range(5):
+        obs, *_ = envs.step(msg["actions"][t])
+        np.testing.assert_array_equal(msg["obs"][t + 1], obs)
+    actor.close()
+    envs.close()
+
+
+@pytest.mark.parametrize("model,shape,dtype", [
+    ("mlp", (4,), "<f4"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
+    ("impala-cnn", (4, 84, 84), "|u1"), ("mlp", (10, 10, 4), "|b1"),
+])
+def test_heads_on_every_torso(model: str, shape: tuple, dtype: str) -> None:
+    x = torch.zeros((3, 2, *shape), dtype=torch.from_numpy(np.zeros(1, dtype)).dtype)
+    ac = ActorCritic(shape, 6, 32, model, dtype)
+    logits, values = ac(x)
+    assert logits.shape == (3, 2, 6) and values.shape == (3, 2)
+    for dueling in (False, True):
+        q = QNetwork(shape, 6, 32, dueling, model, dtype)
+        assert q(x).shape == (3, 2, 6)
+    width = {"mlp": 32, "nature-cnn": 512, "impala-cnn": 256}[model]
+    assert ac.torso.out_dim == width
+
+
+def test_uint8_frames_are_scaled_on_the_device() -> None:
+    torso = make_torso("mlp", (2,), "|u1", 4)
+    lin = torso.body[0]
+    with torch.no_grad():
+        lin.weight.fill_(1.0)
+        lin.bias.zero_()
+        out = torso.body[0](torch.tensor([[1.0, 1.0]]))  # what 255, 255 must become
+        got = torso.body[0](torch.tensor([[255, 255]], dtype=torch.uint8).float() / 255.0)
+    np.testing.assert_allclose(out.numpy(), got.numpy())
+
+
+def test_user_model_by_module_factory(tmp_path: Path, monkeypatch) -> None:
+    """``--model tiny_model:torso`` builds the user's module from the env's spaces."""
+    from archzoo.cli import main
+
+    (tmp_path / "tiny_model.py").write_text(
+        "import torch.nn as nn\n"
+        "SEEN = []\n"
+        "def torso(obs_space, action_space):\n"
+        "    SEEN.append((obs_space, action_space))\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(400, 7), nn.ReLU())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    d = tmp_path / "run"
+    assert main(["run", "impala", "--env", MINATAR, "--model", "tiny_model:torso",
+                 "--actors", "0", "--total-steps", "600", "--envs-per-actor", "2",
+                 "--quiet", "--run-dir", str(d)]) == 0
+    import tiny_model
+
+    obs_space, action_space = tiny_model.SEEN[0]
+    assert obs_space.shape == (10, 10, 4) and obs_space.dtype == np.bool_
+    assert action_space.n == 3
+    state = torch.load(d / "policy.pt", weights_only=True)
+    assert state["state_dict"]["torso.body.1.weight"].shape == (7, 400)
+    assert state["meta"]["model"] == "tiny_model:torso"
+
+
+class _DictObsEnv(gym.Env):
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (2,))})
+    action_space = gym.spaces.Discrete(2)
+
+
+gym.register("archzoo-test/DictObs-v0", entry_point=_DictObsEnv)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--env", "archzoo-test/DictObs-v0"], "Box observation"),
+    (["--env", "Pendulum-v1"], "Discrete action"),
+    (["--env", MINATAR, "--model", "nature-cnn"], "36×36"),
+    (["--env", "CartPole-v1", "--model", "impala-cnn"], "image observations"),
+    (["--env", "CartPole-v1", "--env-kwargs", "{oops"], "--env-kwargs"),
+    (["--env", "CartPole-v1", "--env-kwargs", "[1, 2]"], "JSON object"),
+    (["--env", PONG, "--env-kwargs", '{"no_such": 1}'], "no_such"),
+    (["--env", "CartPole-v1", "--episodic-life"], "--episodic-life"),
+    (["--env", "CartPole-v1", "--model", "no_such_module:f"], "no_such_module"),
+])
+def test_bad_pixel_input_one_line_exit_2(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(["run", "impala", "--actors", "0", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("archzoo: error:") and needle in err[0], err
+
+
+# -- every architecture, both pixel envs, every launch way --------------------------------
+
+ARCHS = {  # arch: (world size with 1 actor, extra flags for a short run)
+    "impala": (2, ["--unroll-length", "5"]),
+    "seed": (2, ["--unroll-length", "5"]),
+    "ga3c": (2, ["--unroll-length", "5"]),
+    "a3c": (2, []),
+    "gala": (2, []),
+    "apex": (3, ["--learning-starts", "64", "--batch-size", "16", "--actor-batch", "32",
+                 "--eval-interval", "30", "--eval-episodes", "1", "--replay-capacity", "2000"]),
+    "gorila": (4, ["--learning-starts", "64", "--batch-size", "16", "--actor-batch", "32",
+                   "--eval-interval", "30", "--eval-episodes", "1", "--replay-capacity", "2000"]),
+}
+SMOKE = ["--envs-per-actor", "2", "--total-steps", "200", "--quiet", "--log-interval", "1"]
+
+
+def _check(d: Path, env: str, backend: str, world: int) -> dict:
+    s = load_run(d)
+    assert (s["env"], s["backend"], s["world_size"]) == (env, backend, world)
+    assert s["env_steps"] >= 200 and s["episodes"] >= 0
+    spec = env_spec(env)
+    assert s["bytes_sent_per_env_step"] > 0
+    meta = torch.load(d / "policy.pt", weights_only=True)["meta"]
+    assert meta["obs_dtype"] == spec.obs_dtype
+    return s
+
+
+@pytest.mark.parametrize("env", [MINATAR, PONG])
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_pixel_smoke_embedded_gloo(tmp_path: Path, arch: str, env: str) -> None:
+    world, extra = ARCHS[arch]
+    d = tmp_path / "run"
+    r = cli("run", arch, "--env", env, "--actors", "1", *extra, *SMOKE, "--run-dir", str(d))
+    assert r.returncode == 0, r.stderr[-3000:]
+    _check(d, env, "gloo", world)
+    if env == MINATAR:  # archzoo eval rebuilds the pixel policy (a Pong game takes minutes)
+        ev = cli("eval", str(d), "--episodes", "1")
+        assert ev.returncode == 0 and json.loads(ev.stdout)["env"] == env, ev.stderr
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_pixel_smoke_embedded_mpi(tmp_path: Path, arch: str) -> None:
+    world, extra = ARCHS[arch]
+    for env in (MINATAR, PONG):
+        d = tmp_path / env.split("/")[0]
+        r = cli("run", arch, "--env", env, "--actors", "1", "--backend", "mpi", *extra, *SMOKE,
+                "--run-dir", str(d))
+        assert r.returncode == 0, r.stderr[-3000:]
+        _check(d, env, "mpi", world)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_pixel_smoke_torchrun(tmp_path: Path, arch: str) -> None:
+    world, extra = ARCHS[arch]
+    for env in (MINATAR, PONG):
+        d = tmp_path / env.split("/")[0]
+        torchrun(world, "run", arch, "--env", env, *extra, *SMOKE, "--run-dir", str(d))
+        assert _check(d, env, "gloo", world)["launcher"] == "torchrun"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_pixel_smoke_mpiexec(tmp_path: Path, arch: str) -> None:
+    world, extra = ARCHS[arch]
+    for env in (MINATAR, PONG):
+        d = tmp_path / env.split("/")[0]
+        job = run_mpi(world, ["-m", "archzoo", "run", arch, "--env", env, *extra, *SMOKE,
+                              "--run-dir", str(d)], timeout_s=240)
+        assert job.returncode == 0, describe(job)
+        assert _check(d, env, "mpi", world)["launcher"] == "mpiexec"
+
+
+# -- learning, bounded --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,budget", [("impala", 1_500_000), ("apex", 400_000)])
+def test_minatar_breakout_reaches_3(tmp_path: Path, arch: str, budget: int) -> None:
+    """A random policy averages about 0.4 on MinAtar Breakout; each architecture must reach
+    a mean return of 3 (Ape-X: its greedy evaluation) within the step budget, with either of
+    two seeds."""
+    from runs import solve_either_seed
+
+    s = solve_either_seed(arch, ["--env", MINATAR, "--target-return", "3", "--total-steps",
+                                 str(budget), "--time-limit", "300"], tmp_path)
+    assert s["solved"] and s["env_steps_to_target"] <= budget
