@@ -1,0 +1,131 @@
+"""Pixel throughput: the env alone, env + CNN forward, every architecture, bytes per frame.
+
+For ALE/Pong-v5 and MinAtar/Breakout-v1, in one run:
+(a) frames/s of the env alone (random actions, the same vector env, 1 and 2 processes);
+(b) env + the CNN's forward pass (no learner), 1 and 2 processes;
+(c) each architecture's steady frames/s with 1 and 2 actor processes (the median of the
+    metrics rows after the first ``--warmup`` seconds);
+(d) bytes on the wire per frame (every rank's sends / frames);
+(e) SEED's and GA3C's mean inference batch and latency.
+Frames are ALE frames (agent steps × frame skip 4) for ALE ids and agent steps for MinAtar.
+
+    python benchmarks/bench_pixels.py --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing as mp
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENVS = {"ALE/Pong-v5": 4, "MinAtar/Breakout-v1": 1}  # env: frames per agent step
+ARCHS = ("impala", "seed", "ga3c", "apex", "gorila", "a3c", "gala")
+
+
+def _env_loop(env_id: str, envs: int, seconds: float, forward: bool, out) -> None:
+    import numpy as np
+    import torch
+
+    from archzoo.envs import env_spec, make_vector_env
+    from archzoo.nets import ActorCritic
+
+    torch.set_num_threads(1)
+    spec = env_spec(env_id)
+    vec = make_vector_env(spec, envs)
+    model = ActorCritic(spec.obs_shape, spec.num_actions, model="auto",
+                        obs_dtype=spec.obs_dtype) if forward else None
+    rng = np.random.default_rng(0)
+    obs, _ = vec.reset(seed=0)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        if model is not None:
+            with torch.no_grad():
+                logits, _ = model(torch.from_numpy(obs))
+            actions = logits.argmax(-1).numpy()
+        else:
+            actions = rng.integers(spec.num_actions, size=envs)
+        obs, *_ = vec.step(actions)
+        steps += envs
+    out.put(steps / (time.perf_counter() - t0))
+    vec.close()
+
+
+def env_fps(env_id: str, procs: int, envs: int, seconds: float, forward: bool) -> float:
+    """Agent steps/s of ``procs`` processes stepping ``envs`` envs each."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_env_loop, args=(env_id, envs, seconds, forward, q))
+          for _ in range(procs)]
+    for p in ps:
+        p.start()
+    rates = [q.get(timeout=seconds + 120) for _ in ps]
+    for p in ps:
+        p.join()
+    return sum(rates)
+
+
+def arch_run(arch: str, env_id: str, actors: int, envs: int, seconds: float, warmup: float,
+             tmp: Path) -> dict:
+    d = tmp / f"{arch}-{env_id.replace('/', '_')}-{actors}"
+    cmd = [sys.executable, "-m", "archzoo", "run", arch, "--env", env_id, "--actors",
+           str(actors), "--envs-per-actor", str(envs), "--time-limit", str(seconds),
+           "--target-return", "1e9", "--quiet", "--log-interval", "1", "--run-dir", str(d)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+    s = json.loads((d / "summary.json").read_text())
+    rows = [row for row in csv.DictReader(open(d / "metrics.csv"))
+            if float(row["time_s"]) >= warmup and row["fps"]]
+    s["steady_fps"] = statistics.median(float(row["fps"]) for row in rows) if rows else s["fps"]
+    return s
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=20.0, help="length of each run")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds left out of steady fps")
+    p.add_argument("--envs-per-actor", type=int, default=16)
+    p.add_argument("--envs", nargs="*", default=list(ENVS))
+    p.add_argument("--archs", nargs="*", default=list(ARCHS))
+    a = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-pixels-"))
+    E = a.envs_per_actor
+    for env_id in a.envs:
+        skip = ENVS[env_id]
+        unit = "ALE frames/s (agent steps × 4)" if skip == 4 else "frames/s (agent steps)"
+        print(f"\n### {env_id}: {unit}, {E} envs per process\n")
+        print("| what | 1 process | 2 processes |")
+        print("| --- | ---: | ---: |")
+        base = {}
+        for label, fwd in (("(a) env alone, random actions", False),
+                           ("(b) env + CNN forward, no learner", True)):
+            fps = [env_fps(env_id, n, E, a.seconds, fwd) * skip for n in (1, 2)]
+            base[fwd] = fps
+            print(f"| {label} | {fps[0]:,.0f} | {fps[1]:,.0f} |", flush=True)
+        print("\n| architecture | frames/s, 1 actor | of (b) | frames/s, 2 actors | of (b) "
+              "| bytes/frame | inference batch | latency (ms) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for arch in a.archs:
+            runs = [arch_run(arch, env_id, n, E, a.seconds, a.warmup, tmp) for n in (1, 2)]
+            if any("error" in r for r in runs):
+                print(f"| {arch} | error: {[r.get('error') for r in runs]} |||||||")
+                continue
+            f1, f2 = (r["steady_fps"] * skip for r in runs)
+            bpf = runs[0]["bytes_sent_per_env_step"] / skip
+            inf = runs[0].get("inference") or {}
+            batch = f"{inf['mean_batch_size']:.2f}" if inf else "-"
+            lat = f"{inf['mean_latency_ms']:.2f}" if inf else "-"
+            print(f"| {arch} | {f1:,.0f} | {f1 / base[True][0]:.2f} | {f2:,.0f} | "
+                  f"{f2 / base[True][1]:.2f} | {bpf:,.0f} | {batch} | {lat} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
