@@ -38,7 +38,9 @@ class FramePool:
 
     def _grow(self) -> None:
         n = len(self.frames)
-        self.frames = np.concatenate([self.frames, np.zeros_like(self.frames)])
+        frames = np.zeros((2 * n, *self.frame_shape), self.dtype)  # pages untouched: lazy
+        frames[:n] = self.frames
+        self.frames = frames
         self.refs = np.concatenate([self.refs, np.zeros(n, np.int64)])
         self.keys = np.concatenate([self.keys, np.zeros(n, np.int64)])
         self.free = list(range(2 * n - 1, n - 1, -1)) + self.free
@@ -81,7 +83,8 @@ class StackedFrames:
         self.k = 1 if axis is None else obs_shape[axis]
         frame_shape = self.obs_shape if axis is None else \
             tuple(s for i, s in enumerate(self.obs_shape) if i != axis)
-        self.pool = pool if pool is not None else FramePool(frame_shape, dtype)
+        # about one new frame per transition: room for that, committed only as it is used
+        self.pool = pool if pool is not None else FramePool(frame_shape, dtype, capacity + 1024)
         self.slots = np.full((capacity, self.k), -1, np.int64)
 
     def _frames(self, obs: np.ndarray) -> np.ndarray:
