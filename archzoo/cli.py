@@ -45,7 +45,8 @@ def _add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
         g = groups.get(meta["group"]) or groups.setdefault(
             meta["group"], p.add_argument_group(meta["group"]))
         kind = _field_type(f)
-        shown = "" if f.default in (None, False, "") else f" (default: {f.default})"
+        shown = "" if f.default is None or f.default is False or f.default == "" \
+            else f" (default: {f.default})"
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
                               "help": meta["help"] + shown}
         if kind == "bool":

@@ -72,7 +72,9 @@ EXTERNAL_ROOTS = {
 EXTERNAL_NAMES = {
     "Linear", "ReLU", "where", "log_softmax", "SampleToInsertRatio", "ThreadDynamicAdjustment",
     "LOG_EPSILON", "Work", "COMM_WORLD", "BYTE", "ERRORS_RETURN", "Isend", "Irecv", "Ibarrier",
-    "Iallreduce", "Ibcast", "Dup", "Test", "Iprobe", "is_completed",
+    "Iallreduce", "Ibcast", "Dup", "Test", "Iprobe", "is_completed", "Issend",
+    # gymnasium and ale-py names on the pixels page
+    "AtariVectorEnv", "SyncVectorEnv", "AtariPreprocessing", "FrameStackObservation",
 }
 # torch.nn.Module / optimizer / gymnasium methods called on the repository's objects.
 EXTERNAL_ATTRS = {"load_state_dict", "state_dict", "backward", "zero_grad", "parameters",
