@@ -98,24 +98,33 @@ class Torso(nn.Module):
     """Observation (any dtype, ``[..., *obs_shape]``) → float features ``[..., out_dim]``."""
 
     def __init__(self, body: nn.Module, obs_shape: tuple[int, ...], obs_dtype: str,
-                 out_dim: int, image: bool) -> None:
+                 out_dim: int, image: bool, flatten: bool | None = None) -> None:
+        """``image``: the body takes [B, C, H, W]; ``flatten``: it takes [..., prod(shape)]
+        (default: not an image); otherwise it takes [B, *obs_shape] (a user's module)."""
         super().__init__()
         self.body, self.out_dim = body, out_dim
         self.obs_ndim = len(obs_shape)
         self.scale = 1.0 / 255.0 if np.dtype(obs_dtype) == np.uint8 else None
         self.image = image
+        self.flatten = (not image) if flatten is None else flatten
         self.permute = image and _channels_last(obs_shape)
+        self.dtype = next(body.parameters(), torch.zeros(())).dtype
+
+    def _apply(self, fn, recurse: bool = True):  # .double(), .to(device): note the dtype
+        out = super()._apply(fn, recurse)
+        self.dtype = next(self.body.parameters(), torch.zeros(())).dtype
+        return out
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        lead = obs.shape[: obs.dim() - self.obs_ndim]
-        dtype = next(self.body.parameters()).dtype  # float32, or float64 in the tests
-        x = obs.reshape(-1, *obs.shape[obs.dim() - self.obs_ndim:]).to(dtype)
+        x = obs if obs.dtype == self.dtype else obs.to(self.dtype)
         if self.scale is not None:
             x = x * self.scale
+        if self.flatten:  # the MLP on the flattened observation
+            return self.body(x.flatten(start_dim=x.dim() - self.obs_ndim))
+        lead = x.shape[: x.dim() - self.obs_ndim]
+        x = x.reshape(-1, *x.shape[x.dim() - self.obs_ndim:])
         if self.permute:
             x = x.permute(0, 3, 1, 2)
-        if not self.image:
-            x = x.flatten(1)
         return self.body(x).reshape(*lead, self.out_dim)
 
 
@@ -169,7 +178,7 @@ def _user_torso(spec: str, obs_shape: tuple[int, ...], obs_dtype: str,
     if out.dim() != 2 or out.shape[0] != 2:
         raise ValueError(f"--model {spec}: features must be [batch, F], got "
                          f"{tuple(out.shape)} for a batch of 2")
-    return Torso(body, obs_shape, obs_dtype, int(out.shape[1]), image=False)
+    return Torso(body, obs_shape, obs_dtype, int(out.shape[1]), image=False, flatten=False)
 
 
 class ActorCritic(nn.Module):
