@@ -173,7 +173,7 @@ def test_bad_pixel_input_one_line_exit_2(argv: list[str], needle: str, capsys) -
 
 # -- every architecture, both pixel envs, every launch way --------------------------------
 
-ARCHS = {  # arch: (world size with 1 actor, extra flags for a short run)
+ARCHS = {  # arch: (world size with ACTORS[arch] actors, extra flags for a short run)
     "impala": (2, ["--unroll-length", "5"]),
     "seed": (2, ["--unroll-length", "5"]),
     "ga3c": (2, ["--unroll-length", "5"]),
@@ -184,6 +184,8 @@ ARCHS = {  # arch: (world size with 1 actor, extra flags for a short run)
     "gorila": (4, ["--learning-starts", "64", "--batch-size", "16", "--actor-batch", "32",
                    "--eval-interval", "30", "--eval-episodes", "1", "--replay-capacity", "2000"]),
 }
+# GALA's --actors 1 is one agent without a transport (the A2C baseline): gossip needs two.
+ACTORS = {"gala": "2"}
 SMOKE = ["--envs-per-actor", "2", "--total-steps", "200", "--quiet", "--log-interval", "1"]
 
 
@@ -203,7 +205,8 @@ def _check(d: Path, env: str, backend: str, world: int) -> dict:
 def test_pixel_smoke_embedded_gloo(tmp_path: Path, arch: str, env: str) -> None:
     world, extra = ARCHS[arch]
     d = tmp_path / "run"
-    r = cli("run", arch, "--env", env, "--actors", "1", *extra, *SMOKE, "--run-dir", str(d))
+    r = cli("run", arch, "--env", env, "--actors", ACTORS.get(arch, "1"), *extra, *SMOKE,
+            "--run-dir", str(d))
     assert r.returncode == 0, r.stderr[-3000:]
     _check(d, env, "gloo", world)
     if env == MINATAR:  # archzoo eval rebuilds the pixel policy (a Pong game takes minutes)
@@ -216,8 +219,8 @@ def test_pixel_smoke_embedded_mpi(tmp_path: Path, arch: str) -> None:
     world, extra = ARCHS[arch]
     for env in (MINATAR, PONG):
         d = tmp_path / env.split("/")[0]
-        r = cli("run", arch, "--env", env, "--actors", "1", "--backend", "mpi", *extra, *SMOKE,
-                "--run-dir", str(d))
+        r = cli("run", arch, "--env", env, "--actors", ACTORS.get(arch, "1"), "--backend", "mpi",
+                *extra, *SMOKE, "--run-dir", str(d))
         assert r.returncode == 0, r.stderr[-3000:]
         _check(d, env, "mpi", world)
 
