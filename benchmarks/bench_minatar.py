@@ -46,6 +46,29 @@ def first_time(rows: list[dict], threshold: float) -> float | None:
     return None
 
 
+def draw(curves: dict[str, list[list[dict]]], path: str) -> None:
+    """The learning curves of every run so far, one colour per setup."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (name, runs) in enumerate(curves.items()):
+        for j, rows in enumerate(runs):
+            xs = [float(r["time_s"]) / 60 for r in rows if r["mean_return_100"]]
+            ys = [float(r["mean_return_100"]) for r in rows if r["mean_return_100"]]
+            ax.plot(xs, ys, color=f"C{i}", alpha=0.8, label=name if j == 0 else None)
+    ax.axhline(0.4, color="gray", ls=":", label="random policy")
+    ax.set_xlabel("wall-clock minutes from the first env step")
+    ax.set_ylabel("mean return, last 100 episodes")
+    ax.set_title(f"{ENV} on 2 CPU cores")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=5.0)
@@ -59,46 +82,30 @@ def main() -> int:
     print(f"| setup | seed | return after {a.minutes:g} min | time to {a.threshold:g} (s) "
           "| env steps | fps |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    med: dict[str, tuple[float, float | None]] = {}
-    for name in a.setups:
-        finals, times = [], []
-        for seed in a.seeds:
+    finals: dict[str, list[float]] = {name: [] for name in a.setups}
+    times: dict[str, list[float]] = {name: [] for name in a.setups}
+    for seed in a.seeds:  # setups alternate within a seed: a noisy machine loads all alike
+        for name in a.setups:
             d = tmp / f"{SETUPS[name][0]}-{len(curves.get(name, []))}-{seed}"
             s, rows = run(SETUPS[name], seed, a.minutes * 60, d)
             curves.setdefault(name, []).append(rows)
             final = s["final_mean_return"] or 0.0
             t = first_time(rows, a.threshold)
-            finals.append(final)
-            times.append(t if t is not None else float("inf"))
+            finals[name].append(final)
+            times[name].append(t if t is not None else float("inf"))
             print(f"| {name} | {seed} | {final:.2f} | {'-' if t is None else f'{t:.0f}'} | "
                   f"{s['env_steps']:,} | {s['fps']:,.0f} |", flush=True)
-        mt = statistics.median(times)
-        med[name] = (statistics.median(finals), None if mt == float("inf") else mt)
+        if a.figure:  # redrawn after every seed: a run cut short still leaves its figure
+            draw(curves, a.figure)
+    med: dict[str, tuple[float, float | None]] = {}
+    for name in a.setups:
+        mt = statistics.median(times[name])
+        med[name] = (statistics.median(finals[name]), None if mt == float("inf") else mt)
     print(f"\n| setup | median return after {a.minutes:g} min | median time to "
           f"{a.threshold:g} (s) |")
     print("| --- | ---: | ---: |")
     for name, (final, t) in med.items():
         print(f"| {name} | {final:.2f} | {'-' if t is None else f'{t:.0f}'} |")
-    if a.figure:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for i, (name, runs) in enumerate(curves.items()):
-            for j, rows in enumerate(runs):
-                xs = [float(r["time_s"]) / 60 for r in rows if r["mean_return_100"]]
-                ys = [float(r["mean_return_100"]) for r in rows if r["mean_return_100"]]
-                ax.plot(xs, ys, color=f"C{i}", alpha=0.8, label=name if j == 0 else None)
-        ax.axhline(0.4, color="gray", ls=":", label="random policy")
-        ax.set_xlabel("wall-clock minutes from the first env step")
-        ax.set_ylabel("mean return, last 100 episodes")
-        ax.set_title(f"{ENV} on 2 CPU cores")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(a.figure, dpi=100)
-        print(f"\nfigure: {a.figure}")
     return 0
 
 
