@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.inference import BatchedPolicy, InferenceStats
+from actors.batched_policy import BatchedPolicy, InferenceStats
 from archzoo.config import Ga3cConfig
 from archzoo.runlog import Monitor
 from learners.vtrace_learner import VTraceLearner

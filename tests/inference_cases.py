@@ -2,7 +2,7 @@
 gloo|mpi [dead|dead-in-flight]``.
 
 Run on every rank (tests/mp.py: ``run_gloo`` / ``run_mpi``). Rank 0 runs an
-:class:`~actors.inference.InferenceServer` (a :class:`~actors.inference.BatchedPolicy` over a
+:class:`~actors.inference.InferenceServer` (a :class:`~actors.batched_policy.BatchedPolicy` over a
 seeded ActorCritic on the CPU); the other ranks are actors with a
 :class:`~actors.remote.PolicyClient`. Every request carries E = 4 envs of CartPole-v1.
 
@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from actors.inference import BatchedPolicy, InferenceServer, reply_schema, request_schema
+from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from actors.inference import InferenceServer
 from actors.remote import PolicyClient, SeedActor, new_run_id
 from actors.unroll import unroll_schema
 from archzoo.comm import ControlChannel, Message, Schema, Transport

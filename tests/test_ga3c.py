@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.inference import reply_schema, request_schema
+from actors.batched_policy import reply_schema, request_schema
 from actors.unroll import unroll_schema
 from archzoo.comm.control import control_schema
 from archzoo.envs import env_spec

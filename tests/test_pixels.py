@@ -14,7 +14,7 @@ import torch
 from mp import describe, run_mpi
 from runs import cli, load_run, torchrun
 
-from actors.inference import request_schema
+from actors.batched_policy import request_schema
 from actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec, make_vector_env
 from archzoo.nets import ActorCritic, make_torso

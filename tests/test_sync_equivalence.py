@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from actors.inference import BatchedPolicy, reply_schema, request_schema
+from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
 from actors.remote import SeedActor
 from actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec

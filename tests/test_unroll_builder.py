@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from actors.inference import BatchedPolicy, reply_schema, request_schema
+from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
 from actors.remote import LocalPolicyClient, SeedActor
 from actors.unroll import unroll_schema
 from archzoo.comm import Message

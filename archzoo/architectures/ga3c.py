@@ -25,7 +25,8 @@ import queue
 import time
 from typing import Any
 
-from actors.inference import BatchedPolicy, inference_summary, reply_schema, request_schema
+from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from actors.inference import inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
 from actors.unroll import unroll_schema
 from archzoo import builders, harness

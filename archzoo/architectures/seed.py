@@ -25,13 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.inference import (
-    BatchedPolicy,
-    InferenceServer,
-    inference_summary,
-    reply_schema,
-    request_schema,
-)
+from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from actors.inference import InferenceServer, inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from actors.unroll import unroll_schema
 from archzoo import builders, harness
