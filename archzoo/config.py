@@ -205,6 +205,9 @@ class A2CRunConfig(RunConfig):
         r.within(self, "gamma", 0.0, 1.0)
         r.at_least(self, "hidden", 1)
         r.positive(self, "max_grad_norm")
+        r.need(self.device != "cuda", f"--device cuda: {self.arch or 'this architecture'} "
+               "computes its gradients in CPU actor-learner processes (no central learner "
+               "to put on a GPU); use --device cpu or auto")
 
 
 # -- the architectures ----------------------------------------------------------------------
@@ -353,6 +356,9 @@ class GorilaConfig(ApexConfig):
         if self.staleness is not None:
             r.at_least(self, "staleness", 0)
         r.at_least(self, "param_sync_every", 1)
+        r.need(self.device != "cuda" or self.actors == 0, "--device cuda: gorila's learner "
+               "ranks compute on the CPU (only --actors 0 uses --device); use --device cpu "
+               "or auto")
         super().check(r)
 
 

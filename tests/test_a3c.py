@@ -102,6 +102,7 @@ def test_mpiexec_sync(tmp_path: Path) -> None:
     (["--staleness", "-1"], "--staleness"),
     (["--ps-shards", "0"], "--ps-shards"),
     (["--topology", "tree"], "cannot use --topology tree"),
+    (["--device", "cuda"], "a3c computes its gradients in CPU actor-learner processes"),
 ])
 def test_bad_input(argv: list[str], needle: str, capsys) -> None:
     from archzoo.cli import main

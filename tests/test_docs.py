@@ -92,6 +92,7 @@ FORBIDDEN = [
     (re.compile(r"(?<![\w-])L\d+(?:[–-]L?\d+)?\b"),
      "cites code by line number; name the function"),
     (re.compile(r"\.\./shared\b|/work/"), "points outside the repository"),
+    (re.compile(r"\bMEASURED_[A-Z_]+\b"), "is a placeholder: paste the measured numbers"),
 ]
 
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -741,6 +742,7 @@ def test_the_checks_catch_stale_docs() -> None:
         "`archzoo.comm.NoSuchThing`, `StarPublisher.no_such_method`, `no_such_helper()`,",
         "`archzoo run impala --no-such-flag`, `--topology hexagon`, `impala.py:12`.",
         "As DESIGN.md and seed 004 say (L40–42), see [there](../../outside.md).",
+        "MEASURED_PIXELS",
         "",
         "| [learners/vtrace.py](../learners/vtrace.py) | `ImpalaLearner` |",
         "```",
@@ -761,5 +763,5 @@ def test_the_checks_catch_stale_docs() -> None:
                  "ImpalaLearner is not defined in learners/vtrace.py"):
         assert item in code, code
     alone = "\n".join(standalone_problems(page, text))
-    for item in ("DESIGN.md", "seed 004", "L40–42", "impala.py:12"):
+    for item in ("DESIGN.md", "seed 004", "L40–42", "impala.py:12", "MEASURED_PIXELS"):
         assert item in alone, alone

@@ -45,6 +45,7 @@ def test_mpiexec(tmp_path: Path) -> None:
     (["--topology", "tree"], "gossip with their ring neighbours"),
     (["--mode", "sync"], "no --mode sync"),
     (["--gossip-every", "0"], "--gossip-every"),
+    (["--device", "cuda"], "gala computes its gradients in CPU actor-learner processes"),
 ])
 def test_bad_input(argv: list[str], needle: str, capsys) -> None:
     from archzoo.cli import main

@@ -52,6 +52,7 @@ def test_mpiexec(tmp_path: Path) -> None:
     (["--staleness", "-2"], "--staleness"),
     (["--learners", "0"], "--learners"),
     (["--topology", "ring"], "cannot use --topology ring"),
+    (["--device", "cuda"], "gorila's learner ranks compute on the CPU"),
 ])
 def test_bad_input(argv: list[str], needle: str, capsys) -> None:
     from archzoo.cli import main
