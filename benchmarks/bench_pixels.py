@@ -5,8 +5,8 @@ For ALE/Pong-v5 and MinAtar/Breakout-v1, in one run:
 (b) env + the CNN's forward pass (no learner), 1 and 2 processes;
 (c) each architecture's steady frames/s with 1 and 2 actor processes (the median of the
     metrics rows after the first ``--warmup`` seconds);
-(d) bytes on the wire per frame (every rank's sends / frames);
-(e) SEED's and GA3C's mean inference batch and latency.
+(d) bytes on the wire per frame (every rank's sends / frames, with 2 actors);
+(e) SEED's and GA3C's mean inference batch and latency (with 2 actors).
 Frames are ALE frames (agent steps × frame skip 4) for ALE ids and agent steps for MinAtar.
 
     python benchmarks/bench_pixels.py --seconds 20
@@ -118,11 +118,12 @@ def main() -> int:
                 print(f"| {arch} | error: {[r.get('error') for r in runs]} |||||||")
                 continue
             f1, f2 = (r["steady_fps"] * skip for r in runs)
-            bpf = runs[0]["bytes_sent_per_env_step"] / skip
-            inf = runs[0].get("inference") or {}
+            bpf = runs[1]["bytes_sent_per_env_step"] / skip  # 2 actors: every role talks
+            inf = runs[1].get("inference") or {}
             batch = f"{inf['mean_batch_size']:.2f}" if inf else "-"
             lat = f"{inf['mean_latency_ms']:.2f}" if inf else "-"
-            print(f"| {arch} | {f1:,.0f} | {f1 / base[True][0]:.2f} | {f2:,.0f} | "
+            name = f"{arch} (1 actor: one agent, no transport)" if arch == "gala" else arch
+            print(f"| {name} | {f1:,.0f} | {f1 / base[True][0]:.2f} | {f2:,.0f} | "
                   f"{f2 / base[True][1]:.2f} | {bpf:,.0f} | {batch} | {lat} |", flush=True)
     return 0
 
