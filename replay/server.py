@@ -130,6 +130,8 @@ class ReplayServer:
         self._reply = {r: schema.new() for r in self.learners}
         self._sending: dict[int, Request | None] = dict.fromkeys(self.learners)
         self._updated = dict.fromkeys(self.learners, False)  # pending request's updates applied
+        self.priority_updates = 0  # items whose new priority arrived with a request
+        self.priorities_applied = 0  # of those, the ones still in their slot (not stale)
 
     def drain_inserts(self, force: bool = False) -> int:
         """Take arrived actor messages (while the rate limiter allows, unless ``force``)."""
@@ -156,8 +158,9 @@ class ReplayServer:
         if not self._updated[learner] and isinstance(self.memory, PrioritizedReplay):
             k = int(req["upd_count"])
             if k:
-                self.memory.update_priorities(req["upd_idx"][:k], req["upd_item_ids"][:k],
-                                              req["upd_priority"][:k])
+                self.priority_updates += k
+                self.priorities_applied += self.memory.update_priorities(
+                    req["upd_idx"][:k], req["upd_item_ids"][:k], req["upd_priority"][:k])
         self._updated[learner] = True
         count = int(req["count"])
         sending = self._sending[learner]

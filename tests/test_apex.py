@@ -31,6 +31,14 @@ def check(d: Path, *, backend: str, world_size: int, shards: int) -> dict:
         roles = set(s["time_breakdown_s"])
         assert {f"shard{r}" for r in range(1, 1 + shards)} <= roles
         assert len([r for r in roles if r.startswith("actor")]) == world_size - 1 - shards
+        # Ape-X Algorithm 2, line 12: every sampled item's new priority |δ| reaches its shard,
+        # except those of the (at most) two batches in flight at the stop: the one training
+        # and the prefetched one.
+        batch = json.loads((d / "config.json").read_text())["batch_size"]
+        assert len(s["replay"]) == shards
+        for st in s["replay"].values():
+            assert st["sampled"] - 2 * batch <= st["priority_updates"] <= st["sampled"], st
+            assert 0 < st["priorities_applied"] <= st["priority_updates"], st
     return s
 
 

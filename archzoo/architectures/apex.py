@@ -137,8 +137,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
                                outstanding=lambda: publisher.wait_all(on_poll=drain))
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
+    keys = ("inserted", "sampled", "priority_updates", "priorities_applied")
     extra = {"replay_shards": len(shards), "replay_size": client.size,
-             "replay_inserted": client.inserted}
+             "replay_inserted": client.inserted,
+             "replay": {str(r): {k: byes.get(r, {}).get(k) for k in keys} for r in shards}}
     return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
                               meta=builders.policy_meta(cfg, spec), updates=learner.version,
                               device=learner.device, topology="star", applied=APPLIED,
@@ -178,7 +180,9 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
 
     server.flush(on_poll=drain)
     stats = {"timing": {"serve": busy_s, "wait": t.wait_s}, "inserted": limiter.inserted,
-             "sampled": limiter.sampled, "size": len(memory), "bytes": t.counters.totals()}
+             "sampled": limiter.sampled, "size": len(memory), "bytes": t.counters.totals(),
+             "priority_updates": server.priority_updates,
+             "priorities_applied": server.priorities_applied}
     harness.finish_leaf(ctx, control, lc, 0, stats, drain=drain)
 
 
