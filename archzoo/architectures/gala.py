@@ -84,6 +84,19 @@ class Agent:
                 "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s if t else 0.0}
 
 
+def consensus_distance(ring, model: torch.nn.Module) -> float | None:
+    """At the end, on rank 0: max_i ‖x_i − x̄‖ / ‖x̄‖ over the agents' parameters x_i (GALA's
+    consensus distance; after a gossip round on a ring of 2 or 3 agents it is 0 up to
+    rounding, since every agent then holds the mean). Collective: every agent calls it."""
+    x = np.zeros(num_params(model), np.float32)
+    get_flat(model, x)
+    xs = ring.gather(x, 0)
+    if xs is None:
+        return None
+    mean = xs.astype(np.float64).mean(0)
+    return float(np.linalg.norm(xs - mean, axis=1).max() / max(np.linalg.norm(mean), 1e-12))
+
+
 def run(ctx: RankContext) -> dict[str, Any] | None:
     spec = builders.env_spec(ctx.cfg)
     if ctx.transport is None:
@@ -102,12 +115,13 @@ def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
 
 def _finish(ctx: RankContext, spec: EnvSpec, run_dir, mon: Monitor, stop: str | None,
             agent: Agent, timing: dict[str, float], byes: dict[int, Any],
-            rounds: int) -> dict[str, Any]:
+            rounds: int, consensus: float | None = None) -> dict[str, Any]:
     return harness.finish_run(ctx, run_dir, mon, stop, policy=agent.model,
                               meta=builders.policy_meta(ctx.cfg, spec), updates=agent.updates,
                               topology="ring", applied=APPLIED, timers={"agent0": timing},
                               byes=byes, role="agent",
-                              extra={"agents": ctx.world_size, "gossip_rounds": rounds})
+                              extra={"agents": ctx.world_size, "gossip_rounds": rounds,
+                                     "consensus_distance": consensus})
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -150,9 +164,11 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         stop_flag[0] = 1.0 if stop is not None else 0.0
         if agent.gossip(ring, stop_flag, 0):
             break
+    rounds = ring.rounds
+    consensus = consensus_distance(ring, agent.model)
     timing = agent.timing(t)
     byes = harness.finish_root(ctx, control, leaves, lambda: None, lambda: None)
-    return _finish(ctx, spec, run_dir, mon, stop, agent, timing, byes, ring.rounds)
+    return _finish(ctx, spec, run_dir, mon, stop, agent, timing, byes, rounds, consensus)
 
 
 def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
@@ -169,6 +185,7 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
         reporter.maybe_report(agent.actor.env_steps, agent.updates, agent.first_step_time)
         if agent.gossip(ring, stop_flag, 0):
             break
+    consensus_distance(ring, agent.model)
     timing = agent.timing(t)
     harness.finish_leaf(ctx, control, lc, 0, {"timing": timing, "bytes": t.counters.totals(),
                                               "updates": agent.updates}, drain=lambda: None)
