@@ -72,6 +72,65 @@ def test_round_trip_across_episodes_and_wraparound(cls) -> None:
         np.testing.assert_array_equal(x, kept[int(a)][1])
 
 
+GRID = (10, 10, 4)  # MinAtar: one channel-last bool grid per step, no stacking
+
+
+def grid_stream(envs: int, steps: int, n: int, seed: int):
+    """n-step transitions of E MinAtar-like envs: sparse bool grids, every episode opening on
+    the same grid, a grid often repeating the step before; next_obs = the grid n steps
+    later."""
+    rng = np.random.default_rng(seed)
+    start = rng.random(GRID) < 0.1
+    out = []
+    for e in range(envs):
+        grids = [start]
+        for t in range(1, steps):
+            grids.append(start if t % 13 == 0 else grids[-1] if rng.random() < 0.3
+                         else rng.random(GRID) < 0.1)
+        out += [(e, t, grids[t], grids[t + n]) for t in range(steps - n)]
+    order = rng.permutation(len(out))  # transitions of many envs arrive interleaved
+    return [out[i] for i in order]
+
+
+@pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay])
+def test_bool_grids_round_trip_across_episodes_and_wraparound(cls) -> None:
+    """MinAtar's replay as Ape-X/Gorila build it (each whole grid one frame): what comes out
+    is the bool grids that went in, and the pool holds just the distinct live grids."""
+    from archzoo import builders
+    from archzoo.config import ApexConfig
+    from archzoo.envs import EnvSpec
+
+    spec = EnvSpec("MinAtar/Breakout-v1", GRID, "|b1", 3)
+    items = grid_stream(envs=3, steps=120, n=3, seed=4)
+    capacity = 100  # the FIFO wraps three times
+    cfg = ApexConfig(arch="apex", prioritized=cls is PrioritizedReplay)
+    mem = builders.replay_memory(cfg, spec, capacity, seed=1)
+    assert type(mem) is cls and mem.frame_pool is not None
+    fields = memory_fields(GRID, np.bool_)
+    ref = cls(capacity, fields, seed=1)  # stores every observation whole
+    for b in batches(items, 23):
+        args = (np.ones(len(b["ret"])),) if cls is PrioritizedReplay else ()
+        mem.add(b, *args)
+        ref.add(b, *args)
+    idx = np.arange(capacity)
+    got, want = mem._gather(idx), ref._gather(idx)  # noqa: SLF001 - every slot
+    for k in fields:
+        assert got.data[k].dtype == want.data[k].dtype, k
+        assert k not in ("obs", "next_obs") or got.data[k].dtype == np.bool_, k
+        np.testing.assert_array_equal(got.data[k], want.data[k], err_msg=k)
+    np.testing.assert_array_equal(got.item_ids, want.item_ids)
+    live = {g.tobytes() for k in ("obs", "next_obs") for g in want.data[k]}
+    shown = {g.tobytes() for _, _, o, x in items for g in (o, x)}
+    assert len(mem.frame_pool) == len(live) < len(shown)  # once each; evicted grids freed
+    assert len(live) < 2 * capacity  # 2 grids per transition, shared ones stored once
+    s = mem.sample(64)
+    assert s.data["obs"].dtype == np.bool_
+    for a, o, x in zip(s.data["action"], s.data["obs"], s.data["next_obs"], strict=True):
+        i = int(np.flatnonzero(want.data["action"] == a)[0])
+        np.testing.assert_array_equal(o, want.data["obs"][i])
+        np.testing.assert_array_equal(x, want.data["next_obs"][i])
+
+
 def test_each_distinct_frame_is_stored_once_and_freed_with_its_last_transition() -> None:
     items = stream(envs=2, steps=200, n=3, seed=2)
     mem = UniformReplay(1000, memory_fields(SHAPE, np.uint8), frames=(("obs", "next_obs"), 0))

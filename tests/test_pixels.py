@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from mp import describe, run_mpi
+from mp import describe, run_gloo, run_mpi
 from runs import cli, load_run, torchrun
 
 from actors.batched_policy import request_schema
@@ -74,6 +74,19 @@ def test_observations_keep_their_dtype_in_every_message() -> None:
     assert unroll_schema(pong, 20, 16).nbytes < 10e6
 
 
+def test_frames_cross_a_real_transport_bit_exact_in_every_message() -> None:
+    """uint8 Pong and bool MinAtar frames, sent between two gloo ranks in the unroll, the
+    inference request, the replay's transitions and its sample reply (tests/pixel_wire_cases.py),
+    and through a replay shard: the receiver gets the sender's bytes in the env's dtype."""
+    ranks = run_gloo(2, [str(HERE / "pixel_wire_cases.py")], timeout_s=90, fail_fast_s=15)
+    report = describe(ranks)
+    for r in ranks:
+        assert r.ok, report
+        for case in ("messages", "replay"):
+            for env in (PONG, MINATAR):
+                assert f"CASE {case} {env} OK" in r.output, report
+
+
 def test_unroll_actor_records_frames_bit_exact() -> None:
     """The unroll's observations are the env's own uint8 frames, not a float copy."""
     spec = env_spec(PONG, {"noop_max": 0})
@@ -92,6 +105,76 @@ def test_unroll_actor_records_frames_bit_exact() -> None:
     envs.close()
 
 
+LIVES_GAME = "ALE/SpaceInvaders-v5"  # 3 lives, and rewards of 5 to 30: clipping shows
+DETERMINISTIC = '{"repeat_action_probability": 0.0, "noop_max": 0}'
+
+
+@pytest.mark.parametrize("flags,clip,life", [
+    (["--clip-rewards", "--episodic-life"], True, True), (["--no-clip-rewards"], False, False)])
+def test_clipped_rewards_and_lost_lives_reach_the_losses_not_the_logs(
+        flags: list[str], clip: bool, life: bool) -> None:
+    """An unroll actor on an ALE game (made from the flags as ``archzoo run`` makes it),
+    replayed step by step on the raw env: the unroll's rewards are the game's, clipped to
+    [−1, 1] under --clip-rewards; a lost life terminates the step under --episodic-life; the
+    logged returns and lengths are those of whole games with raw scores."""
+    from archzoo import builders
+    from archzoo.cli import parse
+
+    spec = builders.env_spec(parse(["run", "impala", "--env", LIVES_GAME, "--env-kwargs",
+                                    DETERMINISTIC, *flags]))
+    assert (spec.clip_rewards, spec.episodic_life) == (clip, life)
+    E, T = 2, 100
+    torch.manual_seed(0)
+    model = ActorCritic(spec.obs_shape, spec.num_actions, 8, "mlp", spec.obs_dtype)
+    actor = UnrollActor(spec, E, T, model, seed=4)
+    msgs = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as every actor runs (--threads 1); 2 cores under load
+    try:
+        while sum(int(m["ep_count"]) for m in msgs) == 0:  # until a game ends
+            assert len(msgs) < 15, "no game over in 1500 steps"
+            msgs.append(unroll_schema(spec, T, E).new())
+            actor.collect(msgs[-1])
+    finally:
+        torch.set_num_threads(threads)
+        actor.close()
+    cat = {k: np.concatenate([m[k] for m in msgs]) for k in
+           ("actions", "rewards", "terminated", "valid")}
+    logged = np.concatenate([m["ep_returns"][:int(m["ep_count"])] for m in msgs])
+    logged_len = np.concatenate([m["ep_lengths"][:int(m["ep_count"])] for m in msgs])
+
+    envs = make_vector_env(spec, E)  # the raw game, same seed, same actions
+    _, info = envs.reset(seed=4)
+    lives, done = info["lives"], np.zeros(E, bool)
+    ret, length = np.zeros(E), np.zeros(E, int)
+    games, game_lens, mid_game_losses, big = [], [], 0, 0
+    for t, a in enumerate(cat["actions"]):
+        obs, r, term, trunc, info = envs.step(a)
+        np.testing.assert_array_equal(obs, msgs[t // T]["obs"][t % T + 1], err_msg=str(t))
+        valid = ~done
+        lost = valid & (info["lives"] < lives)
+        lives = info["lives"]
+        want_r = np.where(valid, np.clip(r, -1, 1) if clip else r, 0.0)
+        np.testing.assert_array_equal(cat["rewards"][t], want_r, err_msg=f"step {t}")
+        want_term = valid & (term | (lost if life else False))
+        np.testing.assert_array_equal(cat["terminated"][t], want_term, err_msg=f"step {t}")
+        np.testing.assert_array_equal(cat["valid"][t], valid, err_msg=f"step {t}")
+        mid_game_losses += int((lost & ~term).sum())
+        big += int((valid & (np.abs(r) > 1)).sum())
+        ret += np.where(valid, r, 0.0)
+        length += valid
+        done = valid & (term | trunc)
+        for e in np.flatnonzero(done):
+            games.append(ret[e])
+            game_lens.append(length[e])
+            ret[e], length[e] = 0.0, 0
+    envs.close()
+    assert mid_game_losses > 0 and big > 0, (mid_game_losses, big)  # both were exercised
+    np.testing.assert_array_equal(logged, np.array(games, np.float32))  # whole games, raw
+    np.testing.assert_array_equal(logged_len, game_lens)
+    assert logged.max() > 1
+
+
 @pytest.mark.parametrize("model,shape,dtype", [
     ("mlp", (4,), "<f4"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
     ("impala-cnn", (4, 84, 84), "|u1"), ("mlp", (10, 10, 4), "|b1"),
@@ -108,15 +191,24 @@ def test_heads_on_every_torso(model: str, shape: tuple, dtype: str) -> None:
     assert ac.torso.out_dim == width
 
 
-def test_uint8_frames_are_scaled_on_the_device() -> None:
-    torso = make_torso("mlp", (2,), "|u1", 4)
-    lin = torso.body[0]
+@pytest.mark.parametrize("model,shape,dtype", [
+    ("mlp", (3, 5), "|u1"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
+])
+def test_torso_makes_frames_float_on_the_device(model: str, shape: tuple, dtype: str) -> None:
+    """A torso called on uint8 frames gives what its float32 twin (same weights) gives on the
+    frames ÷ 255; on bool grids, what the twin gives on 0./1."""
+    torch.manual_seed(0)
+    torso = make_torso(model, shape, dtype, 16)
+    twin = make_torso(model, shape, "<f4", 16)
+    twin.load_state_dict(torso.state_dict())
+    g = torch.Generator().manual_seed(1)
+    raw = torch.randint(0, 256, (2, 3, *shape), generator=g, dtype=torch.uint8)
+    x = raw.bool() if dtype == "|b1" else raw  # [T, B, *obs_shape] in the env's dtype
+    want_in = x.float() if dtype == "|b1" else x.float() / 255.0
     with torch.no_grad():
-        lin.weight.fill_(1.0)
-        lin.bias.zero_()
-        out = torso.body[0](torch.tensor([[1.0, 1.0]]))  # what 255, 255 must become
-        got = torso.body[0](torch.tensor([[255, 255]], dtype=torch.uint8).float() / 255.0)
-    np.testing.assert_allclose(out.numpy(), got.numpy())
+        got, want = torso(x), twin(want_in)
+    assert got.shape == (2, 3, torso.out_dim) and got.abs().sum() > 0
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_user_model_by_module_factory(tmp_path: Path, monkeypatch) -> None:
@@ -149,11 +241,19 @@ class _DictObsEnv(gym.Env):
     action_space = gym.spaces.Discrete(2)
 
 
+class _TupleObsEnv(gym.Env):
+    observation_space = gym.spaces.Tuple((gym.spaces.Box(0, 255, (4, 4), np.uint8),
+                                          gym.spaces.Discrete(3)))
+    action_space = gym.spaces.Discrete(2)
+
+
 gym.register("archzoo-test/DictObs-v0", entry_point=_DictObsEnv)
+gym.register("archzoo-test/TupleObs-v0", entry_point=_TupleObsEnv)
 
 
 @pytest.mark.parametrize("argv,needle", [
     (["--env", "archzoo-test/DictObs-v0"], "Box observation"),
+    (["--env", "archzoo-test/TupleObs-v0"], "Box observation"),
     (["--env", "Pendulum-v1"], "Discrete action"),
     (["--env", MINATAR, "--model", "nature-cnn"], "36×36"),
     (["--env", "CartPole-v1", "--model", "impala-cnn"], "image observations"),
