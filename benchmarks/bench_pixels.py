@@ -4,7 +4,8 @@ For ALE/Pong-v5 and MinAtar/Breakout-v1, in one run:
 (a) frames/s of the env alone (random actions, the same vector env, 1 and 2 processes);
 (b) env + the CNN's forward pass (no learner), 1 and 2 processes;
 (c) each architecture's steady frames/s with 1 and 2 actor processes (the median of the
-    metrics rows after the first ``--warmup`` seconds);
+    metrics rows after the first ``--warmup`` seconds), with the CartPole defaults but no
+    greedy evaluation in Ape-X and Gorila (their actors would play it instead of collecting);
 (d) bytes on the wire per frame (every rank's sends / frames, with 2 actors);
 (e) SEED's and GA3C's mean inference batch and latency (with 2 actors).
 Frames are ALE frames (agent steps × frame skip 4) for ALE ids and agent steps for MinAtar.
@@ -77,6 +78,8 @@ def arch_run(arch: str, env_id: str, actors: int, envs: int, seconds: float, war
     cmd = [sys.executable, "-m", "archzoo", "run", arch, "--env", env_id, "--actors",
            str(actors), "--envs-per-actor", str(envs), "--time-limit", str(seconds),
            "--target-return", "1e9", "--quiet", "--log-interval", "1", "--run-dir", str(d)]
+    if arch in ("apex", "gorila"):  # no greedy evaluation: an actor would play it, not collect
+        cmd += ["--eval-interval", "3600"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
