@@ -251,18 +251,11 @@ def _forward_argv(argv: list[str], args: RunConfig) -> list[str]:
 
 
 def cmd_run(argv: list[str]) -> int:
+    """``archzoo run``: the flags as a config, launched as ``archzoo.run`` launches it."""
+    from archzoo.api import launch
+
     cfg, given = parse_run(argv)
-    arch, launch, cfg, world = validate_run(cfg, given)
-    if not launch.under_launcher and world > 1:
-        from archzoo import launcher
-
-        child = _forward_argv(argv, cfg)
-        if cfg.backend == "mpi":
-            return launcher.run_mpiexec(child, world)
-        return launcher.run_gloo(child, world)
-    from archzoo.worker import run_rank
-
-    return run_rank(arch, cfg, launch, T_START)
+    return launch(cfg, given, in_process=True)[0]
 
 
 def cmd_list() -> int:

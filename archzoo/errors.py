@@ -7,3 +7,11 @@ EXIT_USAGE = 2
 
 class UsageError(Exception):
     """Bad input: reported as one line, exit code 2."""
+
+
+class RunFailed(Exception):
+    """A run started from Python (``archzoo.run``) whose ranks did not all end cleanly."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,104 @@
+"""The Python API: ``archzoo.run`` checks its keyword flags as the command line does, runs
+the ranks as child processes and returns the summary; ``archzoo.load_policy`` acts as the
+run's own model does; the command line's config round-trips through ``config_argv``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import archzoo
+from archzoo.api import config_argv
+from archzoo.architectures import ARCHITECTURES
+from archzoo.cli import parse_run
+from archzoo.config import flag_fields
+from archzoo.errors import UsageError
+
+FAST = {"envs_per_actor": 2, "quiet": True, "log_interval": 0.5}
+
+
+def _other_value(f, default):
+    """A value of field ``f`` that differs from its default (and survives a command line)."""
+    kind = str(f.type).split("|")[0].strip()
+    choices = f.metadata.get("choices")
+    if kind == "bool":
+        return not default
+    if choices:
+        return next(c for c in reversed(choices) if c != default)
+    if kind == "int":
+        return (default or 2) + 1
+    if kind == "float":
+        return (default or 1.0) * 1.5 + 0.1
+    return {"env_kwargs": '{"step_cost_us": 5, "name": "a b"}', "model": "impala-cnn",
+            "run_dir": "/tmp/a dir/with spaces", "env": "MinAtar/Breakout-v1"}.get(f.name, "x")
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_config_argv_parses_back_into_the_same_config(arch: str) -> None:
+    """What a child rank parses equals what the parent resolved, for every flag."""
+    cls = ARCHITECTURES[arch].config
+    fields = [f for f in flag_fields(cls) if f.name != "config"]  # config reads a file
+    for pick in (lambda f: f.default, lambda f: _other_value(f, f.default)):
+        values = {f.name: pick(f) for f in fields}
+        values = {k: v for k, v in values.items() if v is not None}
+        cfg = cls(arch=arch, **values)
+        back, given = parse_run(config_argv(cfg, values))
+        assert back == cfg
+        assert given <= set(values)  # a False store_true flag is its default, not spelled
+
+
+def test_bad_input_raises_the_command_lines_message() -> None:
+    with pytest.raises(UsageError, match="--lr must be > 0, got -1.0"):
+        archzoo.run("impala", lr=-1.0)
+    with pytest.raises(UsageError, match="impala has no option 'learning_rate'"):
+        archzoo.run("impala", learning_rate=0.1)
+    with pytest.raises(UsageError, match="no_such_arch"):
+        archzoo.run("no_such_arch")
+    with pytest.raises(UsageError, match="no_such_env"):
+        archzoo.run("impala", env="no_such_env-v0")
+    with pytest.raises(UsageError, match="no policy.pt"):
+        archzoo.load_policy("/nonexistent/run")
+
+
+def test_run_returns_the_summary_and_load_policy_acts_as_the_model(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    s = archzoo.run("impala", actors=1, total_steps=3000, unroll_length=5, seed=3,
+                    run_dir=str(d), **FAST)
+    assert (s["arch"], s["backend"], s["world_size"]) == ("impala", "gloo", 2)
+    assert s["env_steps"] >= 3000 and s["run_dir"] == str(d)
+    assert s == dict(json.loads((d / "summary.json").read_text()), run_dir=str(d))
+    assert "--total-steps" in json.loads((d / "config.json").read_text())["argv"]
+
+    envs = gym.make_vec("CartPole-v1", num_envs=5)
+    obs, _ = envs.reset(seed=0)
+    greedy = archzoo.load_policy(d, greedy=True)
+    saved = torch.load(d / "policy.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(saved[k], v) for k, v in greedy.model.state_dict().items())
+    with torch.no_grad():
+        logits, _ = greedy.model(torch.as_tensor(obs))
+    np.testing.assert_array_equal(greedy(obs), logits.argmax(-1).numpy())
+    # sampling: a ~ π(·|x) by Gumbel-max; the same seed gives the same actions
+    a, b = archzoo.load_policy(d, seed=1), archzoo.load_policy(d, seed=1)
+    draws = np.stack([a(obs) for _ in range(200)])
+    np.testing.assert_array_equal(draws, np.stack([b(obs) for _ in range(200)]))
+    assert set(np.unique(draws)) <= {0, 1}
+    envs.close()
+
+
+def test_one_process_run_and_a_q_network_policy(tmp_path: Path) -> None:
+    """``actors=0`` runs in one child process; Ape-X's Q-network acts greedily."""
+    d = tmp_path / "run"
+    s = archzoo.run("apex", actors=0, total_steps=3000, learning_starts=500, batch_size=32,
+                    run_dir=str(d), **FAST)
+    assert (s["arch"], s["world_size"]) == ("apex", 1) and s["env_steps"] >= 3000
+    policy = archzoo.load_policy(d)
+    assert policy.greedy and policy.meta["net"] == "q"
+    obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
+    with torch.no_grad():
+        q = policy.model(torch.as_tensor(obs))
+    np.testing.assert_array_equal(policy(obs), q.argmax(-1).numpy())
