@@ -1,4 +1,4 @@
-"""``archzoo list | run ARCH | eval RUN_DIR``.
+"""``archzoo list | run ARCH | eval RUN_DIR`` (and ``study``, ``bench comm``, ``plot``).
 
 Arguments are validated on every rank before any process group exists; a bad one gives
 one line on rank 0's stderr and exit code 2, no traceback.
@@ -70,6 +70,8 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("bench", help="archzoo bench comm: collectives per topology (-h)",
                    add_help=False)
+    sub.add_parser("plot", help="learning curves of run directories in one figure "
+                   "(archzoo plot -h)", add_help=False)
     run = sub.add_parser("run", help="run an architecture")
     run.add_argument("arch", help=f"one of: {', '.join(ARCHITECTURES)}")
     _add_config_flags(run, ARCHITECTURES[arch].config if arch in ARCHITECTURES else RunConfig)
@@ -281,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             from archzoo import study
 
             return study.main(argv[1:], _Parser)
+        if argv[:1] == ["plot"]:
+            from archzoo import plot
+
+            return plot.main(argv[1:], _Parser)
         if argv[:2] == ["bench", "comm"]:
             from archzoo import benchcomm
 

@@ -22,7 +22,8 @@ For README.md and every Markdown file under docs/ (fenced code blocks included w
   repository; every page of docs/ and README.md links to docs/references.md.
 
 The parsers are built in-process (``archzoo.cli.build_parser`` per architecture,
-``archzoo.study.build_parser``, ``archzoo.benchcomm.build_parser``); the benchmark scripts
+``archzoo.study.build_parser``, ``archzoo.benchcomm.build_parser``,
+``archzoo.plot.build_parser``); the benchmark scripts
 build theirs inside ``main``, so their flags are read from their ``add_argument`` calls with
 ``ast``. Apart from the archzoo modules that building the parsers imports, Python sources
 are only parsed with ``ast``. No process is started.
@@ -340,8 +341,8 @@ def _merge(*many: Flags) -> Flags:
 @cache
 def parsers() -> dict[str, Flags]:
     """Flags per command: "run ARCH", "run" (any architecture), "eval", "study", "bench comm",
-    "benchmarks/NAME.py", and "any" (all of them)."""
-    from archzoo import benchcomm, study
+    "plot", "benchmarks/NAME.py", and "any" (all of them)."""
+    from archzoo import benchcomm, plot, study
     from archzoo.architectures import ARCHITECTURES
     from archzoo.cli import build_parser
 
@@ -354,6 +355,7 @@ def parsers() -> dict[str, Flags]:
     out["run"] = _merge(*(v for k, v in out.items() if k.startswith("run ")))
     out["study"] = _parser_flags(study.build_parser())
     out["bench comm"] = _parser_flags(benchcomm.build_parser())
+    out["plot"] = _parser_flags(plot.build_parser())
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         out[rel(script)] = _script_flags(script)
     # Out of context a flag's value is checked against the choices `archzoo run` gives it
@@ -440,6 +442,8 @@ def _check_archzoo(args: list[str], p: dict[str, Flags]) -> list[str]:
         return _check_flags(" ".join(args[2:]), p["bench comm"], "archzoo bench comm")
     if sub == "eval":
         return _check_flags(" ".join(args[1:]), p["eval"], "archzoo eval")
+    if sub == "plot":
+        return _check_flags(" ".join(args[1:]), p["plot"], "archzoo plot")
     return _check_flags(" ".join(args), p["any"], "archzoo")
 
 

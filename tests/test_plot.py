@@ -1,0 +1,82 @@
+"""``archzoo plot``: seeds grouped into a median with a min–max band against numpy on known
+curves, labels from the flags that differ, a figure from a real run, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runs import cli
+
+from archzoo.plot import band, group_runs, load_curve, plot
+from archzoo.runlog import METRIC_COLUMNS
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("plot") / "impala-s0"
+    r = cli("run", "impala", "--actors", "0", "--total-steps", "6000", "--envs-per-actor", "4",
+            "--unroll-length", "5", "--log-interval", "0.2", "--quiet", "--run-dir", str(d))
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def _sibling(real: Path, name: str, xs: list[float], ys: list[float], **config) -> Path:
+    """A copy of ``real`` with ``config`` changes and a metrics.csv of the given curve."""
+    d = real.parent / name
+    shutil.copytree(real, d, dirs_exist_ok=True)
+    cfg = json.loads((real / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **config, "run_dir": str(d)}))
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        w.writerow({"time_s": 0.0, "env_steps": 0})  # no return logged yet: left out
+        for x, y in zip(xs, ys, strict=True):
+            w.writerow({"time_s": x, "env_steps": int(100 * x), "mean_return_100": y})
+    return d
+
+
+def test_seeds_form_one_group_with_median_and_band(real_run: Path) -> None:
+    a = _sibling(real_run, "a", [1, 2, 3, 4, 5], [1, 2, 3, 4, 5], seed=0)
+    b = _sibling(real_run, "b", [2, 4, 6], [4, 8, 12], seed=1)  # y = 2x, other x samples
+    c = _sibling(real_run, "c", [1, 3, 5], [3, 9, 15], seed=2)  # y = 3x
+    other = _sibling(real_run, "d", [1, 2], [0, 0], seed=0, lr=0.5)
+    groups = group_runs([a, b, c, other])
+    assert [g.runs for g in groups] == [[a, b, c], [other]]
+    assert [g.label for g in groups] == ["impala, lr=0.001 (3 seeds)", "impala, lr=0.5"]
+
+    curves = [load_curve(d, "time", "return") for d in (a, b, c)]
+    assert curves[1][0].tolist() == [2, 4, 6]  # the row without a return is left out
+    grid, med, lo, hi = band(curves, points=7)
+    np.testing.assert_allclose(grid, np.linspace(2, 5, 7))  # latest start, earliest end
+    np.testing.assert_allclose(lo, grid)  # y = x, 2x, 3x: min x, median 2x, max 3x
+    np.testing.assert_allclose(med, 2 * grid)
+    np.testing.assert_allclose(hi, 3 * grid)
+    gx, gm, _, _ = band([load_curve(d, "steps", "return") for d in (a, b)], points=3)
+    np.testing.assert_allclose(gx, [200, 350, 500])
+    np.testing.assert_allclose(gm, 1.5 * gx / 100)
+
+
+def test_plot_of_a_real_run_and_the_command_line(real_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fig.png"
+    groups = plot([real_run], "steps", "return", out)
+    assert [g.label for g in groups] == ["impala"]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    x, y = load_curve(real_run, "steps", "fps")
+    assert len(x) >= 2 and (y > 0).all()
+
+    r = cli("plot", str(real_run), "--x", "steps", "--y", "fps", "--out", str(tmp_path / "f.svg"))
+    assert r.returncode == 0 and (tmp_path / "f.svg").is_file(), r.stderr
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(real_run / "config.json", bare)
+    for argv, needle in (([str(tmp_path)], "no config.json"),
+                         ([str(bare)], "no metrics.csv"),
+                         ([str(real_run), "--y", "speed"], "invalid choice: 'speed'")):
+        r = cli("plot", *argv, "--out", str(tmp_path / "x.png"))
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(err) == 1 and needle in err[0], err
