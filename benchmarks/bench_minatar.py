@@ -1,7 +1,8 @@
 """Learning on MinAtar Breakout within a wall-clock budget: IMPALA, SEED, Ape-X and the
 single-process baseline, median over seeds, and their learning curves in one figure.
 
-For each setup and seed: ``archzoo run ARCH --env MinAtar/Breakout-v1 --time-limit T``;
+For each setup and seed: ``archzoo run ARCH --config configs/minatar/ARCH.toml --time-limit
+T`` (no step budget: the wall clock ends the run);
 reports the mean return of the last 100 episodes at the end and the time (from the first
 env step) at which it first reached ``--threshold``. A random policy averages about 0.4.
 
@@ -20,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 ENV = "MinAtar/Breakout-v1"
-SETUPS = {
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "minatar"
+SETUPS = {  # each architecture with its documented MinAtar flags (configs/minatar/ARCH.toml)
     "IMPALA, 2 actors": ["impala", "--actors", "2"],
     "SEED RL, 2 actors, MPI": ["seed", "--actors", "2", "--backend", "mpi"],
     "Ape-X, 2 actors": ["apex", "--actors", "2"],
@@ -29,8 +31,9 @@ SETUPS = {
 
 
 def run(setup: list[str], seed: int, seconds: float, d: Path) -> tuple[dict, list[dict]]:
-    cmd = [sys.executable, "-m", "archzoo", "run", setup[0], "--env", ENV, *setup[1:],
-           "--seed", str(seed), "--time-limit", str(seconds), "--target-return", "1e9",
+    cmd = [sys.executable, "-m", "archzoo", "run", setup[0], "--config",
+           str(CONFIGS / f"{setup[0]}.toml"), "--env", ENV, *setup[1:], "--seed", str(seed),
+           "--time-limit", str(seconds), "--total-steps", str(10**10), "--target-return", "1e9",
            "--quiet", "--log-interval", "5", "--run-dir", str(d)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
