@@ -3,9 +3,10 @@
 For ALE/Pong-v5 and MinAtar/Breakout-v1, in one run:
 (a) frames/s of the env alone (random actions, the same vector env, 1 and 2 processes);
 (b) env + the CNN's forward pass (no learner), 1 and 2 processes;
-(c) each architecture's steady frames/s with 1 and 2 actor processes (the median of the
-    metrics rows after the first ``--warmup`` seconds), with the CartPole defaults but no
-    greedy evaluation in Ape-X and Gorila (their actors would play it instead of collecting);
+(c) each architecture's steady frames/s with 1 and 2 actor processes (env steps from the
+    first metrics row after ``--warmup`` seconds to the last, over the time between), with
+    the CartPole defaults but no greedy evaluation in Ape-X and Gorila (their actors would
+    play it instead of collecting);
 (d) bytes on the wire per frame (every rank's sends / frames, with 2 actors);
 (e) SEED's and GA3C's mean inference batch and latency (with 2 actors).
 Frames are ALE frames (agent steps × frame skip 4) for ALE ids and agent steps for MinAtar.
@@ -19,7 +20,6 @@ import argparse
 import csv
 import json
 import multiprocessing as mp
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,10 +84,20 @@ def arch_run(arch: str, env_id: str, actors: int, envs: int, seconds: float, war
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     s = json.loads((d / "summary.json").read_text())
-    rows = [row for row in csv.DictReader(open(d / "metrics.csv"))
-            if float(row["time_s"]) >= warmup and row["fps"]]
-    s["steady_fps"] = statistics.median(float(row["fps"]) for row in rows) if rows else s["fps"]
+    s["steady_fps"] = steady_fps(d / "metrics.csv", warmup) or s["fps"]
     return s
+
+
+def steady_fps(metrics: Path, warmup: float) -> float | None:
+    """Env steps/s from the first metrics row after ``warmup`` s to the last: a slope, not a
+    median of rows, since rate-limited actors (Ape-X, Gorila) report their steps in bursts
+    and most one-second rows then read 0."""
+    with open(metrics, newline="") as f:
+        rows = [(float(r["time_s"]), float(r["env_steps"])) for r in csv.DictReader(f)
+                if float(r["time_s"]) >= warmup]
+    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+        return None
+    return (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
 
 
 def main() -> int:
