@@ -2,9 +2,26 @@
 
 From Python: ``archzoo.run(ARCH, **flags)`` runs an architecture and returns its summary;
 ``archzoo.load_policy(RUN_DIR)`` rebuilds a finished run's policy (see archzoo/api.py).
+archzoo/api.py is loaded on first use, so importing the package (every rank does) stays light.
 """
 
-from archzoo.api import load_policy, run
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["load_policy", "run"]
+
+
+def run(arch: str, **flags: Any) -> dict[str, Any]:
+    """``archzoo run ARCH`` from Python: see :func:`archzoo.api.run`."""
+    from archzoo import api
+
+    return api.run(arch, **flags)
+
+
+def load_policy(run_dir: Any, greedy: bool = False, seed: int = 0) -> Any:
+    """A finished run's policy, ready to act: see :func:`archzoo.api.load_policy`."""
+    from archzoo import api
+
+    return api.load_policy(run_dir, greedy, seed)

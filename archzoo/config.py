@@ -96,6 +96,9 @@ class RunConfig:
     log_interval: float = opt(2.0, "seconds between metrics rows", group="run")
     threads: int = opt(1, "torch threads per process", group="run")
     quiet: bool = opt(False, "no progress lines", group="run")
+    tensorboard: bool = opt(True, "TensorBoard event files in the run directory's "
+                            "tensorboard/ (the metrics.csv columns and summary.json's numbers)",
+                            group="run")
 
     # -- the shape of the run ------------------------------------------------------------
     default_topology = "star"

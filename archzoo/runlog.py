@@ -86,13 +86,31 @@ class RunDir:
         self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS,
                                    extrasaction="ignore")
         self._csv.writeheader()
+        self._tb = None  # TensorBoard (torch.utils.tensorboard), unless --no-tensorboard
+        if config.get("tensorboard"):
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.path / "tensorboard"))
 
     def metrics_row(self, row: dict[str, Any]) -> None:
         self._csv.writerow(row)
         self._csv_file.flush()
+        if self._tb is not None:  # each column against env steps, as in metrics.csv
+            step = int(row.get("env_steps") or 0)
+            for k in METRIC_COLUMNS[2:]:
+                if row.get(k) not in (None, ""):
+                    self._tb.add_scalar(f"metrics/{k}", float(row[k]), step)
+            self._tb.flush()
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self._tb is not None:  # every number of the summary (time breakdown per role,
+            step = int(summary.get("env_steps") or 0)  # replay, parameter servers, ...)
+            for tag, value in numeric_leaves(summary, "summary"):
+                self._tb.add_scalar(tag, value, step)
+            self._tb.add_text("summary", "```\n" + json.dumps(summary, indent=2) + "\n```",
+                              step)
+            self._tb.flush()
 
     def save_policy(self, model, meta: dict[str, Any]) -> None:
         import torch
@@ -102,6 +120,19 @@ class RunDir:
 
     def close(self) -> None:
         self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def numeric_leaves(tree: Any, prefix: str) -> list[tuple[str, float]]:
+    """(``prefix/key/...``, value) for every int or float leaf of nested dicts."""
+    if isinstance(tree, bool):
+        return []
+    if isinstance(tree, int | float):
+        return [(prefix, float(tree))]
+    if isinstance(tree, dict):
+        return [leaf for k, v in tree.items() for leaf in numeric_leaves(v, f"{prefix}/{k}")]
+    return []
 
 
 class Monitor:

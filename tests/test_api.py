@@ -73,6 +73,7 @@ def test_run_returns_the_summary_and_load_policy_acts_as_the_model(tmp_path: Pat
     assert s["env_steps"] >= 3000 and s["run_dir"] == str(d)
     assert s == dict(json.loads((d / "summary.json").read_text()), run_dir=str(d))
     assert "--total-steps" in json.loads((d / "config.json").read_text())["argv"]
+    _tensorboard_equals_the_run_files(d, s)
 
     envs = gym.make_vec("CartPole-v1", num_envs=5)
     obs, _ = envs.reset(seed=0)
@@ -94,11 +95,36 @@ def test_one_process_run_and_a_q_network_policy(tmp_path: Path) -> None:
     """``actors=0`` runs in one child process; Ape-X's Q-network acts greedily."""
     d = tmp_path / "run"
     s = archzoo.run("apex", actors=0, total_steps=3000, learning_starts=500, batch_size=32,
-                    run_dir=str(d), **FAST)
+                    run_dir=str(d), tensorboard=False, **FAST)
     assert (s["arch"], s["world_size"]) == ("apex", 1) and s["env_steps"] >= 3000
+    assert not (d / "tensorboard").exists()  # --no-tensorboard
     policy = archzoo.load_policy(d)
     assert policy.greedy and policy.meta["net"] == "q"
     obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
     with torch.no_grad():
         q = policy.model(torch.as_tensor(obs))
     np.testing.assert_array_equal(policy(obs), q.argmax(-1).numpy())
+
+
+def _tensorboard_equals_the_run_files(d: Path, summary: dict) -> None:
+    """The event file holds every metrics.csv column against env steps, and every number of
+    summary.json (written only by the deciding rank: one event file)."""
+    import csv
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    files = list((d / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(files) == 1, files
+    ea = EventAccumulator(str(d / "tensorboard"), size_guidance={"scalars": 0})
+    ea.Reload()
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    for col in ("fps", "mean_return_100", "policy_lag", "learner_updates", "bytes_sent"):
+        want = [(int(r["env_steps"]), np.float32(r[col])) for r in rows if r[col]]
+        got = [(e.step, np.float32(e.value)) for e in ea.Scalars(f"metrics/{col}")]
+        assert got == want and want, col
+    learner = summary["time_breakdown_s"]["learner"]["update"]
+    (e,) = ea.Scalars("summary/time_breakdown_s/learner/update")
+    assert (e.step, e.value) == (summary["env_steps"], np.float32(learner))
+    (e,) = ea.Scalars("summary/policy_lag_mean")
+    assert e.value == np.float32(summary["policy_lag_mean"])
+
