@@ -89,7 +89,7 @@ def main() -> int:
     times: dict[str, list[float]] = {name: [] for name in a.setups}
     for seed in a.seeds:  # setups alternate within a seed: a noisy machine loads all alike
         for name in a.setups:
-            d = tmp / f"{SETUPS[name][0]}-{len(curves.get(name, []))}-{seed}"
+            d = tmp / f"{list(SETUPS).index(name)}-{SETUPS[name][0]}-s{seed}"  # one per run
             s, rows = run(SETUPS[name], seed, a.minutes * 60, d)
             curves.setdefault(name, []).append(rows)
             final = s["final_mean_return"] or 0.0
