@@ -95,7 +95,8 @@ class RunConfig:
     startup_timeout: float = opt(120.0, "deadline (s) for all ranks to join", group="run")
     log_interval: float = opt(2.0, "seconds between metrics rows", group="run")
     threads: int = opt(1, "torch threads per process", group="run")
-    quiet: bool = opt(False, "no progress lines", group="run")
+    quiet: bool = opt(False, "no progress display (a live panel on a terminal, else a line "
+                             "per metrics row)", group="run")
     tensorboard: bool = opt(True, "TensorBoard event files in the run directory's "
                             "tensorboard/ (the metrics.csv columns and summary.json's numbers)",
                             group="run")

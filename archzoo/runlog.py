@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from archzoo.progress import Progress, ranks_heard, time_left
+
 METRIC_COLUMNS = (
     "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",
     "learner_updates", "policy_lag", "bytes_sent", "bytes_recv",
@@ -136,7 +138,11 @@ def numeric_leaves(tree: Any, prefix: str) -> list[tuple[str, float]]:
 
 
 class Monitor:
-    """Learning curve, stop decision and progress for the deciding rank."""
+    """Learning curve, stop decision and progress for the deciding rank.
+
+    Progress goes through :class:`archzoo.progress.Progress`: a live panel on a
+    terminal, one line per metrics row elsewhere; ``last_heard`` (the transport's
+    per-peer time of the last message) adds which ranks are heard."""
 
     def __init__(self, run_dir: RunDir | None, target_return: float | None,
                  total_steps: int | None, time_limit_s: float | None, log_interval_s: float,
@@ -164,6 +170,8 @@ class Monitor:
         self._last_steps = 0
         self.rows = 0
         self.extra: Callable[[], dict[str, Any]] | None = None  # more columns for each row
+        self.last_heard: dict[int, float] | None = None  # the transport's, for "ranks heard"
+        self.progress = Progress(label, quiet)
 
     # -- feeding ----------------------------------------------------------
     def add_episodes(self, returns) -> None:
@@ -233,10 +241,26 @@ class Monitor:
         return None
 
     def maybe_log(self, bytes_sent: int = 0, bytes_recv: int = 0, force: bool = False) -> None:
+        """A metrics row (and a progress line) every ``log_interval`` seconds; in between,
+        the live panel on a terminal is redrawn."""
         now = time.time()
         dt = now - self._last_t
         if not force and dt < self.log_interval:
+            if self.progress.live:
+                self.progress.tick(*self._report(now, dt, bytes_sent, bytes_recv))
             return
+        row, left, ranks = self._report(now, dt, bytes_sent, bytes_recv)
+        extra = self.extra() if self.extra is not None else {}
+        row.update(extra)
+        if self.run_dir is not None:
+            self.run_dir.metrics_row(row)
+        self.rows += 1
+        self._last_t, self._last_steps = now, self.env_steps
+        self._lag_sum, self._lag_n = 0.0, 0
+        self.progress.row(row, extra, left, ranks)
+
+    def _report(self, now: float, dt: float, bytes_sent: int, bytes_recv: int):
+        """The metrics row since the last one, the time left, the ranks heard."""
         fps = (self.env_steps - self._last_steps) / dt if dt > 0 else 0.0
         lag = self._lag_sum / self._lag_n if self._lag_n else None
         row = {
@@ -248,18 +272,11 @@ class Monitor:
             "policy_lag": None if lag is None else round(lag, 3),
             "bytes_sent": bytes_sent, "bytes_recv": bytes_recv,
         }
-        extra = self.extra() if self.extra is not None else {}
-        row.update(extra)
-        if self.run_dir is not None:
-            self.run_dir.metrics_row(row)
-        self.rows += 1
-        self._last_t, self._last_steps = now, self.env_steps
-        self._lag_sum, self._lag_n = 0.0, 0
-        if not self.quiet:
-            ret = "-" if row["mean_return_100"] is None else f"{row['mean_return_100']:.1f}"
-            ev = "" if self.eval_mean_return is None else f" eval={self.eval_mean_return:.1f}"
-            lag_s = "-" if lag is None else f"{lag:.2f}"
-            print(f"[{self.label}] t={row['time_s']:7.1f}s steps={self.env_steps:>9,} "
-                  f"fps={fps:>8,.0f} episodes={self.episodes:>6,} return100={ret}{ev} "
-                  f"updates={self.updates:,} lag={lag_s}"
-                  + "".join(f" {k}={v}" for k, v in extra.items() if v is not None), flush=True)
+        left = time_left(now - self.t_start, self.time_limit, self.env_steps,
+                         self.total_steps, fps)
+        ranks = None if self.last_heard is None else \
+            ranks_heard(self.last_heard, max(10.0, 3 * self.log_interval))
+        return row, left, ranks
+
+    def close(self) -> None:
+        self.progress.close()

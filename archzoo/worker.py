@@ -18,6 +18,7 @@ from archzoo.comm import CommError
 from archzoo.comm.factory import Launch, make_transport
 from archzoo.config import RunConfig
 from archzoo.harness import RankContext
+from archzoo.progress import close_all
 
 
 def _say(rank: int, msg: str) -> None:
@@ -51,6 +52,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         traceback.print_exc()
         _say(launch.rank, f"{type(e).__name__}: {e}")
         code = 1
+    close_all()  # a live progress panel left by a failed run
     if transport is not None:
         if code != 0 and transport.backend == "mpi":
             transport.abort(code)

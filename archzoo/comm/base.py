@@ -45,6 +45,7 @@ class Counters:
     bytes_sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     msgs_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     bytes_recv: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    last_heard: dict[int, float] = field(default_factory=dict)  # peer -> time.monotonic()
 
     def sent(self, peer: int, nbytes: int) -> None:
         self.msgs_sent[peer] += 1
@@ -53,6 +54,7 @@ class Counters:
     def received(self, peer: int, nbytes: int) -> None:
         self.msgs_recv[peer] += 1
         self.bytes_recv[peer] += nbytes
+        self.last_heard[peer] = time.monotonic()
 
     def totals(self) -> dict[str, int]:
         return {

@@ -40,6 +40,8 @@ def open_run(ctx: RankContext, eval_window: int | None = None) -> tuple[RunDir, 
     mon = Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
                   cfg.log_interval, f"{cfg.arch}/{backend}", quiet=cfg.quiet,
                   eval_window=eval_window)
+    if ctx.transport is not None:
+        mon.last_heard = ctx.transport.counters.last_heard
     return run_dir, mon
 
 
@@ -104,6 +106,7 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
         topology, applied = "none", "single process, no transport"
     summary = run_summary(ctx, mon, stop, topology or ctx.cfg.topology or "star", applied,
                           device, updates, breakdown, {**(extra or {}), **per_rank})
+    mon.close()
     run_dir.write_summary(summary)
     run_dir.save_policy(policy, meta)
     run_dir.close()
