@@ -62,6 +62,11 @@ def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
     flags = dict(flags)
     if isinstance(flags.get("env_kwargs"), dict):
         flags["env_kwargs"] = json.dumps(flags["env_kwargs"])
+    if flags.get("resume") is not None:
+        from archzoo.cli import resumed_values
+
+        arch, values = resumed_values(str(flags["resume"]), arch, flags, cls)
+        return cls(arch=arch, **values)
     values = _load_config_file(flags["config"], cls) if flags.get("config") else {}
     values.update(flags)
     return cls(arch=arch, **values)

@@ -124,16 +124,79 @@ def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
     return values
 
 
-def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
-    """``archzoo run ARCH ...`` as the architecture's config, and the flags given."""
+# What a resumed run may set anew; every other flag comes from the run's config.json.
+RESUME_MAY_CHANGE = frozenset({
+    "total_steps", "time_limit", "target_return", "log_interval", "quiet", "tensorboard",
+    "comm_timeout", "startup_timeout", "checkpoint_interval", "keep_checkpoints", "threads",
+    "device", "backend", "actors", "resume", "run_dir"})
+
+
+def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],
+                   cls: type[RunConfig] | None = None) -> tuple[str, dict[str, Any]]:
+    """``--resume RUN_DIR``: the architecture and flag values of the run in ``run_dir``
+    (its config.json), with the ``given`` ones laid over where they may change."""
     from archzoo.architectures import get
 
+    cfg_file = Path(run_dir) / "config.json"
+    if not cfg_file.is_file():
+        raise UsageError(f"--resume {run_dir}: no config.json there (not a run directory)")
+    saved = json.loads(cfg_file.read_text())
+    if arch is not None and arch != saved.get("arch"):
+        raise UsageError(f"--resume {run_dir}: that run is {saved.get('arch')!r}, not {arch!r}")
+    arch = saved["arch"]
+    from archzoo.checkpoint import DIRNAME, latest
+
+    if latest(run_dir) is None:
+        raise UsageError(f"--resume {run_dir}: no checkpoint in {DIRNAME}/ (the run ended "
+                         "before its first one, or was not made with checkpoints)")
+    try:
+        cls = cls or get(arch).config
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    fixed = sorted(k for k in given if k not in RESUME_MAY_CHANGE)
+    if fixed:
+        raise UsageError(f"--resume takes {flag_name(fixed[0])} from {cfg_file}; only "
+                         "the limits, logging, checkpoint, device, backend and actor "
+                         "flags may be given anew")
+    names = {f.name for f in flag_fields(cls)}
+    # the launch decides backend and actors again unless given (an embedded run may be
+    # resumed under mpiexec); the config file was already applied when the run began
+    values = {k: v for k, v in saved.items()
+              if k in names and k not in ("backend", "actors", "config", "run_dir", "resume")}
+    if not {"backend", "actors"} & set(given) and "actors" in saved:
+        values["actors"] = saved["actors"]
+    values.update(given)
+    values.update(run_dir=str(run_dir), resume=str(run_dir))
+    return arch, values
+
+
+def _resume_arg(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--resume" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--resume="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
+    """``archzoo run ARCH ...`` (or ``archzoo run --resume RUN_DIR ...``) as the
+    architecture's config, and the flags given."""
+    from archzoo.architectures import get
+
+    resume = _resume_arg(argv)
+    if resume is not None and _arch_from_argv(argv) is None:  # the run names its arch
+        argv = [argv[0], resumed_values(resume, None, {})[0], *argv[1:]]
     args = build_parser(_arch_from_argv(argv)).parse_args(argv)
     try:
         cls = get(args.arch).config
     except KeyError as e:
         raise UsageError(e.args[0]) from None
     given = set(vars(args)) - {"command", "arch"}
+    if resume is not None:
+        arch, values = resumed_values(resume, args.arch, {k: getattr(args, k) for k in given},
+                                      cls)
+        return cls(arch=arch, **values), given | {"run_dir", "resume"}
     values = _load_config_file(args.config, cls) if getattr(args, "config", None) else {}
     values.update({k: getattr(args, k) for k in given})
     return cls(arch=args.arch, **values), given

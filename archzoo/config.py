@@ -100,6 +100,15 @@ class RunConfig:
     tensorboard: bool = opt(True, "TensorBoard event files in the run directory's "
                             "tensorboard/ (the metrics.csv columns and summary.json's numbers)",
                             group="run")
+    checkpoint_interval: float = opt(300.0, "seconds between checkpoints of the deciding "
+                                     "rank (one is also written at every stop)",
+                                     group="checkpoints")
+    keep_checkpoints: int = opt(3, "how many of the latest checkpoints to keep",
+                                group="checkpoints")
+    resume: str | None = opt(None, "RUN_DIR: continue that run from its latest checkpoint, "
+                             "with the flags of its config.json (only the limits and the "
+                             "logging and checkpoint flags may be given anew)",
+                             group="checkpoints")
 
     # -- the shape of the run ------------------------------------------------------------
     default_topology = "star"
@@ -123,8 +132,10 @@ class RunConfig:
         for name in ("envs_per_actor", "total_steps", "threads"):
             r.at_least(self, name, 1)
         r.at_least(self, "fanout", 2)
-        for name in ("time_limit", "comm_timeout", "startup_timeout", "log_interval"):
+        for name in ("time_limit", "comm_timeout", "startup_timeout", "log_interval",
+                     "checkpoint_interval"):
             r.positive(self, name)
+        r.at_least(self, "keep_checkpoints", 1)
         if self.actors is not None:
             r.at_least(self, "actors", 0)
 

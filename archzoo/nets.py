@@ -202,6 +202,11 @@ class ActorCritic(nn.Module):
         return self.policy(h), self.value(h).squeeze(-1)
 
 
+def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` copied to the CPU: a snapshot that aliases no live tensor."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
 def num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -79,15 +79,19 @@ class Timers:
 class RunDir:
     """Writes one run's files under ``path``."""
 
-    def __init__(self, path: str | Path, config: dict[str, Any]) -> None:
+    def __init__(self, path: str | Path, config: dict[str, Any], resume: bool = False) -> None:
+        """``resume``: metrics.csv is appended to (a resumed run goes on in it)."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         full = dict(config, git_sha=git_sha(), versions=versions(), argv=sys.argv)
         (self.path / "config.json").write_text(json.dumps(full, indent=2, default=str) + "\n")
-        self._csv_file = open(self.path / "metrics.csv", "w", newline="")  # noqa: SIM115
+        metrics = self.path / "metrics.csv"
+        append = resume and metrics.is_file()
+        self._csv_file = open(metrics, "a" if append else "w", newline="")  # noqa: SIM115
         self._csv = csv.DictWriter(self._csv_file, fieldnames=METRIC_COLUMNS,
                                    extrasaction="ignore")
-        self._csv.writeheader()
+        if not append:
+            self._csv.writeheader()
         self._tb = None  # TensorBoard (torch.utils.tensorboard), unless --no-tensorboard
         if config.get("tensorboard"):
             from torch.utils.tensorboard import SummaryWriter
@@ -117,8 +121,9 @@ class RunDir:
     def save_policy(self, model, meta: dict[str, Any]) -> None:
         import torch
 
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save({"state_dict": state, "meta": meta}, self.path / "policy.pt")
+        from archzoo.nets import cpu_state_dict
+
+        torch.save({"state_dict": cpu_state_dict(model), "meta": meta}, self.path / "policy.pt")
 
     def close(self) -> None:
         self._csv_file.close()
@@ -172,6 +177,33 @@ class Monitor:
         self.extra: Callable[[], dict[str, Any]] | None = None  # more columns for each row
         self.last_heard: dict[int, float] | None = None  # the transport's, for "ranks heard"
         self.progress = Progress(label, quiet)
+        self.checkpointer: Any = None  # archzoo.checkpoint.Checkpointer, set by open_run
+        self.resumed_from: dict[str, Any] | None = None
+
+    # -- checkpoints ------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The counters a resumed run goes on from (plain types only)."""
+        return {"env_steps": self.env_steps, "episodes": self.episodes,
+                "updates": self.updates, "elapsed_s": self.elapsed(),
+                "returns": list(self.returns),
+                "eval_returns": None if self.eval_returns is None else list(self.eval_returns),
+                "lag_total": self._lag_total, "lag_count": self._lag_count,
+                "time_to_target_s": self.time_to_target_s,
+                "steps_to_target": self.steps_to_target, "rows": self.rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from a checkpoint: counters as saved, the clock ``elapsed_s`` in."""
+        self.env_steps, self.episodes = state["env_steps"], state["episodes"]
+        self.updates, self.rows = state["updates"], state["rows"]
+        self.returns.extend(state["returns"])
+        if self.eval_returns is not None and state["eval_returns"] is not None:
+            self.eval_returns.extend(state["eval_returns"])
+        self._lag_total, self._lag_count = state["lag_total"], state["lag_count"]
+        self.time_to_target_s = state["time_to_target_s"]
+        self.steps_to_target = state["steps_to_target"]
+        now = time.time()  # elapsed() and the time limit count the whole run
+        self.t_start = self.first_step_time = now - state["elapsed_s"]
+        self._last_t, self._last_steps = now, self.env_steps
 
     # -- feeding ----------------------------------------------------------
     def add_episodes(self, returns) -> None:
@@ -258,6 +290,8 @@ class Monitor:
         self._last_t, self._last_steps = now, self.env_steps
         self._lag_sum, self._lag_n = 0.0, 0
         self.progress.row(row, extra, left, ranks)
+        if self.checkpointer is not None and not force:
+            self.checkpointer.maybe_save()  # rows come between updates: a consistent state
 
     def _report(self, now: float, dt: float, bytes_sent: int, bytes_recv: int):
         """The metrics row since the last one, the time left, the ranks heard."""

@@ -14,10 +14,12 @@ import sys
 import traceback
 
 from archzoo.architectures import ArchModule
+from archzoo.checkpoint import CheckpointError
 from archzoo.comm import CommError
 from archzoo.comm.factory import Launch, make_transport
 from archzoo.config import RunConfig
 from archzoo.harness import RankContext
+from archzoo.harness.finish import abandon_run
 from archzoo.progress import close_all
 
 
@@ -35,7 +37,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             found = "using CUDA" if args.device == "cuda" else "no CUDA device, using the CPU"
             print(f"archzoo: --device auto: {found}", flush=True)
     transport = None
-    code = 0
+    code, reason = 0, ""
     try:
         if launch.world_size > 1:
             transport = make_transport(args.backend, launch, args.comm_timeout,
@@ -43,15 +45,17 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         summary = arch.run(RankContext(args, launch, transport, t_start))
         if summary is not None and not args.quiet:
             _print_summary(summary, args)
-    except (CommError, TimeoutError) as e:
+    except (CommError, TimeoutError, CheckpointError) as e:
         _say(launch.rank, str(e))
-        code = 1
+        code, reason = 1, str(e)
     except KeyboardInterrupt:
-        code = 130
+        code, reason = 130, "interrupted"
     except Exception as e:  # noqa: BLE001 - a bug: show where
         traceback.print_exc()
         _say(launch.rank, f"{type(e).__name__}: {e}")
-        code = 1
+        code, reason = 1, f"{type(e).__name__}: {e}"
+    if code != 0:
+        _keep_what_was_learnt(launch.rank, reason)
     close_all()  # a live progress panel left by a failed run
     if transport is not None:
         if code != 0 and transport.backend == "mpi":
@@ -63,6 +67,16 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             sys.stderr.flush()
             os._exit(code)
     return code
+
+
+def _keep_what_was_learnt(rank: int, reason: str) -> None:
+    """The deciding rank of a failed run writes a checkpoint, policy.pt and summary.json."""
+    try:
+        if abandon_run(reason):
+            print(f"archzoo: rank {rank}: kept the run's last checkpoint, policy.pt and "
+                  "summary.json (stop_reason: error)", file=sys.stderr, flush=True)
+    except Exception as e:  # noqa: BLE001 - never hide the first error behind a second
+        _say(rank, f"could not save the failed run: {type(e).__name__}: {e}")
 
 
 def _print_summary(s: dict, args: RunConfig) -> None:

@@ -13,13 +13,14 @@ import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from archzoo.nets import make_torso
+from archzoo.nets import cpu_state_dict, make_torso
 
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
 
@@ -165,6 +166,18 @@ class DQNLearner:
             raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
         self.version = 0  # number of updates applied: the parameters' version
         self.update_s = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Online and target networks, optimiser and version, for a checkpoint."""
+        return {"model": cpu_state_dict(self.model), "target": cpu_state_dict(self.target),
+                "optimizer": self.opt.state_dict(),
+                "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.target.load_state_dict(state["target"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
 
     def update(self, batch: Mapping[str, np.ndarray | Tensor],
                weights: np.ndarray | Tensor | None = None) -> tuple[np.ndarray, dict[str, float]]:

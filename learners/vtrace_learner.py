@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from archzoo.nets import cpu_state_dict
 from learners.vtrace import ImpalaLossConfig, impala_loss
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
@@ -49,6 +51,18 @@ class VTraceLearner:
         # predictors) holds it for a whole forward pass, so it never sees half an update.
         self.step_lock: AbstractContextManager = nullcontext()
 
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimiser and version: what a checkpoint keeps of the learner."""
+        with self.step_lock:
+            return {"model": cpu_state_dict(self.model), "optimizer": self.opt.state_dict(),
+                    "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self.step_lock:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.version = int(state["version"])
+
     def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """The IMPALA loss: V-trace targets with π = the current model, μ = behaviour."""
@@ -77,3 +91,4 @@ class VTraceLearner:
             self.version += 1
         self.update_s += time.perf_counter() - t0
         return stats
+

@@ -49,8 +49,9 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: actor and learner code in one process, no transport (the baseline)."""
     cfg = ctx.cfg
-    run_dir, mon = harness.open_run(ctx)
     learner = builders.vtrace_learner(cfg, spec)
+    meta = builders.policy_meta(cfg, spec)
+    run_dir, mon = harness.open_run(ctx, parts={"learner": learner}, policy=(learner.model, meta))
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.actor_critic(cfg, spec)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
@@ -64,11 +65,12 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             get_flat(learner.model, flat)
             set_flat(policy, flat)
 
+    after_update()  # a resumed run's actor starts from the checkpoint's parameters
     stop = harness.train_on_unrolls(mon, actor.collect, msg, learner, after_update)
     actor.close()
     return harness.finish_single(ctx, run_dir, mon, stop, learner,
                                  dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
-                                 builders.policy_meta(cfg, spec))
+                                 meta)
 
 
 def _schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
@@ -90,9 +92,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                                 harness.TAG_TOPOLOGY)
     harness.handshake_root(control, actors, digests,
                            cfg.startup_timeout)
-    run_dir, mon = harness.open_run(ctx)
+    meta = builders.policy_meta(cfg, spec)
+    run_dir, mon = harness.open_run(ctx, parts={"learner": learner}, policy=(learner.model, meta))
     get_flat(learner.model, publisher.latest["params"])
-    publisher.publish(version=0)  # every actor starts from the learner's initial parameters
+    publisher.publish(version=learner.version)  # the initial (or resumed) parameters
     max_batch = cfg.batch_unrolls or len(actors)
     stop = None
     while stop is None:
@@ -137,7 +140,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     extra = {"topology_rounds": publisher.rounds(),
              "params_messages_root": publisher.messages()}
     return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                              meta=builders.policy_meta(cfg, spec), updates=learner.version,
+                              meta=meta, updates=learner.version,
                               device=learner.device, applied=topology_applied(cfg), timers=timers_0,
                               byes=byes, extra=extra)
 

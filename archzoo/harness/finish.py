@@ -1,18 +1,43 @@
 """The deciding rank's run directory: opened at the start, finished at every stop.
 
-:func:`open_run` makes the run directory and the Monitor; :func:`finish_run` writes the
-last metrics row, summary.json (the fields every architecture reports, plus its own) and
-policy.pt, and closes the directory. It is called on every way out of a run that still has
-a model, so a run that failed after learning keeps what it learnt.
+:func:`open_run` makes the run directory and the Monitor and, given the architecture's
+stateful ``parts`` (its learner, ...), checkpoints them with the Monitor's counters every
+``--checkpoint-interval`` seconds; with ``--resume`` it first loads the latest checkpoint.
+:func:`finish_run` writes the last metrics row, a last checkpoint, summary.json (the fields
+every architecture reports, plus its own) and policy.pt, and closes the directory. When a
+rank fails, :func:`abandon_run` does the same with what the deciding rank has, so a run
+that failed after learning keeps what it learnt and can be resumed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from archzoo import checkpoint
 from archzoo.comm import Transport
 from archzoo.harness.protocol import RankContext
 from archzoo.runlog import Monitor, RunDir
+
+
+class Stateful(Protocol):
+    """A part of a run that a checkpoint keeps (a learner, a replay memory, ...)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class _OpenRun:
+    ctx: RankContext
+    run_dir: RunDir
+    mon: Monitor
+    policy: tuple[Any, dict[str, Any]] | None
+
+
+_OPEN: list[_OpenRun] = []  # this process's run in progress (the deciding rank's)
 
 
 def actor_seed(seed: int, rank: int) -> int:
@@ -32,17 +57,88 @@ def byte_totals(t: Transport | None) -> tuple[int, int]:
     return c["bytes_sent"], c["bytes_recv"]
 
 
-def open_run(ctx: RankContext, eval_window: int | None = None) -> tuple[RunDir, Monitor]:
-    """The run directory (config.json, metrics.csv) and the Monitor of the deciding rank."""
+def open_run(ctx: RankContext, eval_window: int | None = None, *,
+             parts: dict[str, Stateful] | None = None,
+             policy: tuple[Any, dict[str, Any]] | None = None) -> tuple[RunDir, Monitor]:
+    """The run directory (config.json, metrics.csv) and the Monitor of the deciding rank.
+
+    ``parts``: what a checkpoint keeps besides the Monitor (with ``--resume`` they are
+    loaded from the latest checkpoint here); ``policy``: the model and the metadata that
+    :func:`abandon_run` saves as policy.pt if the run fails."""
     cfg = ctx.cfg
-    run_dir = RunDir(cfg.run_dir, cfg.as_dict())
+    run_dir = RunDir(cfg.run_dir, cfg.as_dict(), resume=cfg.resume is not None)
     backend = ctx.transport.backend if ctx.transport else "-"
     mon = Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
                   cfg.log_interval, f"{cfg.arch}/{backend}", quiet=cfg.quiet,
                   eval_window=eval_window)
     if ctx.transport is not None:
         mon.last_heard = ctx.transport.counters.last_heard
+    if parts is not None:
+        mon.checkpointer = checkpoint.Checkpointer(
+            cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
+            state=lambda: run_state(cfg.arch, mon, parts), step=lambda: mon.env_steps)
+        if cfg.resume is not None:
+            mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
+    _OPEN[:] = [_OpenRun(ctx, run_dir, mon, policy)]
     return run_dir, mon
+
+
+def run_state(arch: str, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
+    """A checkpoint's contents (see :mod:`archzoo.checkpoint`)."""
+    return {"arch": arch, "saved_at": time.time(), "monitor": mon.state_dict(),
+            "rng": checkpoint.rng_state(),
+            "parts": {name: p.state_dict() for name, p in parts.items()}}
+
+
+def resume(run_dir: str, arch: str, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
+    """Load the latest checkpoint of ``run_dir`` into the Monitor, the RNGs and ``parts``;
+    returns what summary.json records as ``resumed_from``."""
+    path = checkpoint.latest(run_dir)
+    if path is None:
+        raise checkpoint.CheckpointError(f"--resume {run_dir}: no checkpoint to resume from")
+    state = checkpoint.load(path)
+    if state.get("arch") != arch:
+        raise checkpoint.CheckpointError(f"checkpoint {path}: written by {state.get('arch')!r}, "
+                                         f"this run is {arch!r}")
+    missing = sorted(set(parts) - set(state["parts"]))
+    if missing:
+        raise checkpoint.CheckpointError(f"checkpoint {path}: has no {missing[0]!r}")
+    mon.load_state_dict(state["monitor"])
+    checkpoint.set_rng_state(state["rng"])
+    for name, part in parts.items():
+        part.load_state_dict(state["parts"][name])
+    return {"checkpoint": str(path), "env_steps": mon.env_steps, "updates": mon.updates,
+            "elapsed_s": state["monitor"]["elapsed_s"]}
+
+
+def _checkpoint_summary(mon: Monitor) -> dict[str, Any]:
+    c = mon.checkpointer
+    if c is None:
+        return {}
+    last = checkpoint.latest(c.run_dir)
+    return {"checkpoints": {"saved": c.saved, "save_s": round(c.save_s, 3),
+                            "latest": None if last is None else str(last),
+                            "resumed_from": mon.resumed_from}}
+
+
+def abandon_run(reason: str) -> bool:
+    """A failed run's deciding rank: a last checkpoint, policy.pt and summary.json with
+    ``stop_reason`` "error: ...", written from what it holds; False if it has no run."""
+    if not _OPEN:
+        return False
+    run = _OPEN.pop()
+    mon = run.mon
+    mon.close()
+    if mon.checkpointer is not None:
+        mon.checkpointer.save()
+    cfg = run.ctx.cfg
+    summary = run_summary(run.ctx, mon, f"error: {reason}", cfg.topology or "star", "",
+                          cfg.device, mon.updates, {}, _checkpoint_summary(mon))
+    run.run_dir.write_summary(summary)
+    if run.policy is not None:
+        run.run_dir.save_policy(*run.policy)
+    run.run_dir.close()
+    return True
 
 
 def leaf_reports(byes: dict[int, dict[str, Any]], role: Any = "actor") -> dict[str, Any]:
@@ -69,7 +165,8 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
         "solved": mon.time_to_target_s is not None, "stop_reason": stop,
         "target_return": cfg.target_return,
         "time_to_target_s": mon.time_to_target_s, "env_steps_to_target": mon.steps_to_target,
-        "startup_s": (mon.first_step_time - ctx.t_launch) if mon.first_step_time else None,
+        "startup_s": (mon.first_step_time - ctx.t_launch)
+        if mon.first_step_time and mon.resumed_from is None else None,
         "wall_s": elapsed, "final_mean_return": mon.mean_return,
         "eval_mean_return": mon.eval_mean_return, "episodes": mon.episodes,
         "env_steps": mon.env_steps, "learner_updates": updates,
@@ -96,6 +193,9 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
     """
     t = ctx.transport
     mon.maybe_log(*byte_totals(t), force=True)
+    mon.close()
+    if mon.checkpointer is not None:
+        mon.checkpointer.save()  # the last one: a later --resume goes on from here
     breakdown, per_rank = dict(timers or {}), {}
     if t is not None:
         reports = leaf_reports(byes or {}, role)
@@ -105,11 +205,12 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
     if t is None:
         topology, applied = "none", "single process, no transport"
     summary = run_summary(ctx, mon, stop, topology or ctx.cfg.topology or "star", applied,
-                          device, updates, breakdown, {**(extra or {}), **per_rank})
-    mon.close()
+                          device, updates, breakdown,
+                          {**(extra or {}), **per_rank, **_checkpoint_summary(mon)})
     run_dir.write_summary(summary)
     run_dir.save_policy(policy, meta)
     run_dir.close()
+    _OPEN.clear()
     return summary
 
 
