@@ -207,6 +207,20 @@ def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
+def cpu_optimizer_state(opt: torch.optim.Optimizer) -> dict:
+    """``opt.state_dict()`` with every tensor copied to the CPU (the live one aliases the
+    optimiser's moment estimates, which the next step changes in place)."""
+    def copy(x):
+        if isinstance(x, torch.Tensor):
+            return x.detach().to("cpu", copy=True)
+        if isinstance(x, dict):
+            return {k: copy(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return type(x)(copy(v) for v in x)
+        return x
+    return copy(opt.state_dict())
+
+
 def num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from archzoo.nets import cpu_state_dict, make_torso
+from archzoo.nets import cpu_optimizer_state, cpu_state_dict, make_torso
 
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
 
@@ -170,7 +170,7 @@ class DQNLearner:
     def state_dict(self) -> dict[str, Any]:
         """Online and target networks, optimiser and version, for a checkpoint."""
         return {"model": cpu_state_dict(self.model), "target": cpu_state_dict(self.target),
-                "optimizer": self.opt.state_dict(),
+                "optimizer": cpu_optimizer_state(self.opt),
                 "version": self.version}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

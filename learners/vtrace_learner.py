@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from archzoo.nets import cpu_state_dict
+from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 from learners.vtrace import ImpalaLossConfig, impala_loss
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
@@ -54,7 +54,7 @@ class VTraceLearner:
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser and version: what a checkpoint keeps of the learner."""
         with self.step_lock:
-            return {"model": cpu_state_dict(self.model), "optimizer": self.opt.state_dict(),
+            return {"model": cpu_state_dict(self.model), "optimizer": cpu_optimizer_state(self.opt),
                     "version": self.version}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -88,10 +88,12 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         client = LocalReplayClient(memory, cfg.batch_size, limiter)
     harness.handshake_root(control, leaves, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
-    run_dir, mon = harness.open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
+    run_dir, mon = harness.open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
+                                    parts={"learner": learner},
+                                    policy=(learner.model, builders.policy_meta(cfg, spec)))
     timers = Timers()
     get_flat(learner.model, publisher.latest["params"])
-    publisher.publish(version=0)
+    publisher.publish(version=learner.version)
 
     def take_inserts(force: bool = False) -> None:
         if inserts is not None:

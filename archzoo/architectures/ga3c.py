@@ -65,6 +65,8 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                                              "unroll": u_schema.digest()}, cfg.startup_timeout)
     run_dir, mon = harness.open_run(ctx)
     srv = Ga3cServer(cfg, _learner(cfg, spec), mon, len(agents))
+    harness.attach_checkpoints(ctx, mon, {"learner": srv.learner},
+                               (srv.learner.model, builders.policy_meta(cfg, spec)))
     mon.extra = srv.window
     replies = {a: rep_s.new() for a in agents}
     sending: dict[int, Request | None] = dict.fromkeys(agents)
@@ -184,8 +186,9 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the agent asks the model directly and the trainer runs inline."""
     cfg = ctx.cfg
-    run_dir, mon = harness.open_run(ctx)
     learner = _learner(cfg, spec)
+    run_dir, mon = harness.open_run(ctx, parts={"learner": learner},
+                                    policy=(learner.model, builders.policy_meta(cfg, spec)))
     policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
                            version_of=lambda: learner.version)
     E = cfg.envs_per_actor

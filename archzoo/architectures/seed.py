@@ -63,6 +63,8 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     cfg = ctx.cfg
     run_dir, mon = harness.open_run(ctx)
     sl, policy = _learner(cfg, spec, mon, [0])
+    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner},
+                               (sl.learner.model, builders.policy_meta(cfg, spec)))
     E = cfg.envs_per_actor
     client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
                                new_run_id(0), on_answer=sl.on_answer)
@@ -90,6 +92,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                            cfg.startup_timeout)
     run_dir, mon = harness.open_run(ctx)
     sl, policy = _learner(cfg, spec, mon, actors)
+    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner},
+                               (sl.learner.model, builders.policy_meta(cfg, spec)))
     server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
                              cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
                              harness.TAG_INFER_REPLY,

@@ -7,7 +7,9 @@
 """
 
 from archzoo.harness.finish import (
+    abandon_run,
     actor_seed,
+    attach_checkpoints,
     byte_totals,
     evaluator_seed,
     finish_run,
@@ -50,7 +52,8 @@ __all__ = [
     "LeafControl", "REPLAY_TAGS", "RankContext", "SAMPLE_TAGS", "StatsReporter",
     "StopRequested", "TAG_CONTROL", "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS",
     "TAG_SAMPLE_REPLY", "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL",
-    "absorb_stats", "account_unroll", "actor_seed", "byte_totals", "evaluator_seed",
+    "abandon_run", "absorb_stats", "account_unroll", "actor_seed", "attach_checkpoints",
+    "byte_totals", "evaluator_seed",
     "finish_leaf", "finish_root", "finish_run", "finish_single", "handshake_leaf",
     "handshake_root", "open_run", "play_star_roles", "run_summary", "serve_and_monitor",
     "leaf_stats", "stats_message", "train_on_unrolls",

@@ -73,14 +73,25 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
                   eval_window=eval_window)
     if ctx.transport is not None:
         mon.last_heard = ctx.transport.counters.last_heard
+    _OPEN[:] = [_OpenRun(ctx, run_dir, mon, None)]
     if parts is not None:
-        mon.checkpointer = checkpoint.Checkpointer(
-            cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
-            state=lambda: run_state(cfg.arch, mon, parts), step=lambda: mon.env_steps)
-        if cfg.resume is not None:
-            mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
-    _OPEN[:] = [_OpenRun(ctx, run_dir, mon, policy)]
+        attach_checkpoints(ctx, mon, parts, policy)
     return run_dir, mon
+
+
+def attach_checkpoints(ctx: RankContext, mon: Monitor, parts: dict[str, Stateful],
+                       policy: tuple[Any, dict[str, Any]] | None = None) -> None:
+    """Checkpoint ``parts`` with ``mon``'s counters from now on (for parts built after
+    :func:`open_run`, such as a learner that reports into the Monitor); with ``--resume``
+    first load them from the latest checkpoint."""
+    cfg = ctx.cfg
+    mon.checkpointer = checkpoint.Checkpointer(
+        cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
+        state=lambda: run_state(cfg.arch, mon, parts), step=lambda: mon.env_steps)
+    if cfg.resume is not None:
+        mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
+    if _OPEN:
+        _OPEN[-1].policy = policy
 
 
 def run_state(arch: str, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:

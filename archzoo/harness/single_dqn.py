@@ -26,8 +26,10 @@ SINGLE_PROCESS_SPI = 4.0  # with --samples-per-insert 0: a usual DQN replay rati
 def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Collect a batch, insert it, train while the replay ratio allows, evaluate, repeat."""
     cfg: ApexConfig = ctx.cfg
-    run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
     learner = builders.dqn_learner(cfg, spec)
+    run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
+                            parts={"learner": learner},
+                            policy=(learner.model, builders.policy_meta(cfg, spec)))
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.q_network(cfg, spec)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, policy,
@@ -39,6 +41,13 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     client = LocalReplayClient(memory, cfg.batch_size, limiter)
     msg = builders.transitions(cfg, spec).new()
     flat = np.zeros(num_params(policy), np.float32)
+
+    def follow() -> None:  # the actor's copy on the CPU follows the learner's on the device
+        if not cpu:
+            get_flat(learner.model, flat)
+            set_flat(policy, flat)
+
+    follow()  # a resumed run acts with the checkpoint's parameters
     stop = None
     while stop is None:
         steps0 = actor.tracker.env_steps
@@ -50,9 +59,7 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             batch = client.receive()
             td, _ = learner.update(batch.data, batch.weights)
             client.update_priorities(batch, td)
-        if not cpu:
-            get_flat(learner.model, flat)
-            set_flat(policy, flat)
+        follow()
         mon.add_eval(evaluator.maybe_run(actor.greedy, cfg.eval_interval))
         mon.updates = learner.version
         mon.maybe_log()

@@ -1,0 +1,206 @@
+"""Checkpoints and --resume: the file format, the parts' state, resumed runs, failed runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from archzoo import checkpoint
+from archzoo.runlog import Monitor
+from tests.mp import describe, run_mpi
+from tests.runs import ARCHZOO, clean_env, cli
+
+FAST = ["--envs-per-actor", "4", "--log-interval", "0.3", "--checkpoint-interval", "0.5",
+        "--quiet", "--seed", "1"]
+
+
+# -- the file -----------------------------------------------------------------------------
+
+def test_save_is_atomic_keeps_the_last_k_and_loads_weights_only(tmp_path: Path) -> None:
+    for step in (10, 20, 30, 40):
+        checkpoint.save(tmp_path, {"arch": "x", "w": torch.full((3,), float(step)),
+                                   "n": step, "names": ["a", None]}, step, keep=2)
+    names = [p.name for p in checkpoint.list_checkpoints(tmp_path)]
+    assert names == ["ckpt-000000000030.pt", "ckpt-000000000040.pt"]
+    assert not [p for p in checkpoint.checkpoint_dir(tmp_path).iterdir()
+                if p.name.startswith(".")]  # no temporary file left behind
+    raw = torch.load(checkpoint.latest(tmp_path), weights_only=True)  # no archzoo needed
+    assert raw["format"] == checkpoint.FORMAT and raw["n"] == 40
+    assert torch.equal(checkpoint.load(checkpoint.latest(tmp_path))["w"], torch.full((3,), 40.0))
+
+
+def test_load_refuses_other_versions_and_garbage(tmp_path: Path) -> None:
+    p = tmp_path / "old.pt"
+    torch.save({"format": checkpoint.FORMAT, "format_version": 0}, p)
+    with pytest.raises(checkpoint.CheckpointError, match="format version 0"):
+        checkpoint.load(p)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="cannot read"):
+        checkpoint.load(tmp_path / "junk.pt")
+    torch.save({"w": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="not an archzoo checkpoint"):
+        checkpoint.load(tmp_path / "other.pt")
+
+
+def test_rng_state_round_trips_through_a_file(tmp_path: Path) -> None:
+    torch.manual_seed(3), np.random.seed(3), random.seed(3)
+    checkpoint.save(tmp_path, {"rng": checkpoint.rng_state()}, 1, keep=1)
+    expected = (torch.rand(4), np.random.rand(4), [random.random() for _ in range(4)])
+    checkpoint.set_rng_state(checkpoint.load(checkpoint.latest(tmp_path))["rng"])
+    got = (torch.rand(4), np.random.rand(4), [random.random() for _ in range(4)])
+    assert torch.equal(expected[0], got[0]) and np.array_equal(expected[1], got[1])
+    assert expected[2] == got[2]
+
+
+def test_monitor_goes_on_from_its_state() -> None:
+    a = Monitor(None, 100.0, 10_000, 60.0, 1.0, "x", quiet=True, window=3)
+    a.add_steps(500, time.time() - 5.0)
+    a.add_episodes([1.0, 2.0, 3.0, 4.0])
+    a.add_lag(2.0)
+    a.updates = 7
+    b = Monitor(None, 100.0, 10_000, 60.0, 1.0, "x", quiet=True, window=3)
+    b.load_state_dict(a.state_dict())
+    assert (b.env_steps, b.episodes, b.updates, list(b.returns)) == (500, 4, 7, [2.0, 3.0, 4.0])
+    assert b.lag_mean == 2.0 and b.elapsed() == pytest.approx(a.elapsed(), abs=0.5)
+
+
+def test_a_learner_restored_from_its_state_takes_the_same_next_step() -> None:
+    from actors.unroll import UnrollActor, unroll_schema
+    from archzoo import builders
+    from archzoo.config import ImpalaConfig
+
+    cfg = ImpalaConfig(arch="impala", device="cpu", seed=0, envs_per_actor=2, unroll_length=8)
+    spec = builders.env_spec(cfg)
+    torch.manual_seed(0)
+    actor = UnrollActor(spec, 2, 8, builders.actor_critic(cfg, spec), seed=5)
+    unrolls = []
+    for _ in range(3):
+        unrolls.append(unroll_schema(spec, 8, 2).new())
+        actor.collect(unrolls[-1])
+    actor.close()
+    a = builders.vtrace_learner(cfg, spec)
+    a.update(unrolls[:2])
+    b = builders.vtrace_learner(cfg, spec)
+    b.load_state_dict(a.state_dict())
+    assert b.version == a.version == 1
+    a.update(unrolls[2:])
+    b.update(unrolls[2:])
+    for (k, x), y in zip(a.model.state_dict().items(), b.model.state_dict().values(),
+                         strict=True):
+        assert torch.equal(x, y), k
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+def _summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+def _metrics(d: Path) -> list[dict]:
+    return list(csv.DictReader(open(d / "metrics.csv")))
+
+
+@pytest.mark.parametrize("arch,actors", [("impala", "2"), ("seed", "0"), ("apex", "0"),
+                                         ("ga3c", "0")])
+def test_resume_goes_on_from_the_last_checkpoint(tmp_path: Path, arch: str, actors: str) -> None:
+    d = tmp_path / "run"
+    r = cli("run", arch, "--actors", actors, "--total-steps", "15000", "--run-dir", str(d),
+            *FAST)
+    assert r.returncode == 0, r.stderr
+    first = _summary(d)
+    assert first["checkpoints"]["saved"] >= 1 and first["checkpoints"]["resumed_from"] is None
+    r = cli("run", "--resume", str(d), "--total-steps", "30000", "--quiet")
+    assert r.returncode == 0, r.stderr
+    s = _summary(d)
+    assert s["checkpoints"]["resumed_from"]["env_steps"] == first["env_steps"]
+    assert s["checkpoints"]["resumed_from"]["updates"] == first["learner_updates"]
+    assert s["env_steps"] >= 30000 and s["learner_updates"] > first["learner_updates"]
+    assert s["episodes"] > first["episodes"] and s["wall_s"] > first["wall_s"]
+    rows = _metrics(d)  # one header, and both parts of the run in order
+    steps = [int(r["env_steps"]) for r in rows]
+    times = [float(r["time_s"]) for r in rows]
+    assert steps == sorted(steps) and times == sorted(times) and steps[-1] == s["env_steps"]
+    assert first["env_steps"] in steps
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["total_steps"] == 30000 and cfg["resume"] == str(d)
+
+
+def test_resume_refuses_bad_input(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    assert cli("run", "impala", "--actors", "0", "--total-steps", "3000", "--run-dir", str(d),
+               *FAST).returncode == 0
+    for args, words in [(["--resume", str(d), "--lr", "0.1"], "takes --lr"),
+                        (["--resume", str(tmp_path / "none")], "no config.json"),
+                        (["apex", "--resume", str(d)], "that run is 'impala'")]:
+        r = cli("run", *args)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+    for p in checkpoint.list_checkpoints(d):
+        p.unlink()
+    r = cli("run", "--resume", str(d))
+    assert r.returncode == 2 and "no checkpoint" in r.stderr, r.stderr
+
+
+def _rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
+    """The pid of the embedded run's rank ``rank`` (its environment says RANK)."""
+    end = time.time() + deadline_s
+    while time.time() < end:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} of {run_dir}")
+
+
+def test_a_killed_actor_leaves_a_run_to_resume(tmp_path: Path) -> None:
+    """Sync IMPALA cannot go on without an actor: the run fails naming the rank, but rank 0
+    keeps a checkpoint, policy.pt and summary.json, and --resume continues it."""
+    d = tmp_path / "run"
+    proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--mode", "sync", "--actors", "2",
+                             "--time-limit", "120", "--comm-timeout", "10", "--run-dir", str(d),
+                             *FAST], env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        victim = _rank_pid(d, 2)
+        end = time.time() + 60
+        while not checkpoint.list_checkpoints(d) and time.time() < end:
+            time.sleep(0.2)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "rank 2" in err, err
+    s = _summary(d)
+    assert s["stop_reason"].startswith("error:") and "rank 2" in s["stop_reason"]
+    assert (d / "policy.pt").is_file() and s["checkpoints"]["latest"]
+    r = cli("run", "--resume", str(d), "--time-limit", "300",
+            "--total-steps", str(s["env_steps"] + 5000))
+    assert r.returncode == 0, r.stderr
+    assert _summary(d)["checkpoints"]["resumed_from"]["env_steps"] == s["env_steps"]
+
+
+def test_resume_under_mpiexec_a_run_made_embedded(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    assert cli("run", "seed", "--actors", "2", "--total-steps", "10000", "--run-dir", str(d),
+               *FAST).returncode == 0
+    first = _summary(d)
+    job = run_mpi(3, ["-m", "archzoo", "run", "--resume", str(d), "--total-steps", "20000"],
+                  timeout_s=180)
+    assert job.returncode == 0, describe(job)
+    s = _summary(d)
+    assert s["launcher"] == "mpiexec" and s["backend"] == "mpi"
+    assert s["checkpoints"]["resumed_from"]["updates"] == first["learner_updates"]
