@@ -52,13 +52,15 @@ class InferenceServer:
     def __init__(self, transport: Transport, req_schema: Schema, rep_schema: Schema,
                  actors: list[int], policy: BatchedPolicy, max_batch: int, max_wait_s: float,
                  tag_request: int, tag_reply: int, mode: str = "async",
-                 on_answer: OnAnswer | None = None) -> None:
+                 on_answer: OnAnswer | None = None,
+                 on_drop: Callable[[int, PeerFailure], None] | None = None) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.t, self.policy = transport, policy
         self.max_batch, self.max_wait_s, self.mode = max_batch, max_wait_s, mode
         self.tag_reply = tag_reply
         self.on_answer = on_answer
+        self.on_drop = on_drop  # told of every actor dropped (it may end the run)
         self.inbox = Inbox(transport, req_schema, actors, tag_request, depth=1,
                            what="inference request")
         self.live = list(actors)
@@ -77,8 +79,11 @@ class InferenceServer:
             self.dead.append(peer)
         self._seen.pop(peer, None)
         self._sending[peer] = None
-        print(f"archzoo: rank {self.t.rank}: inference server drops actor {peer}: {error}",
-              file=sys.stderr, flush=True)
+        if self.on_drop is not None:
+            self.on_drop(peer, error)
+        else:
+            print(f"archzoo: rank {self.t.rank}: inference server drops actor {peer}: "
+                  f"{error}", file=sys.stderr, flush=True)
 
     def _poll(self, peer: int) -> Message | None:
         try:

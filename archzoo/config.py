@@ -102,13 +102,16 @@ class RunConfig:
                             group="run")
     checkpoint_interval: float = opt(300.0, "seconds between checkpoints of the deciding "
                                      "rank (one is also written at every stop)",
-                                     group="checkpoints")
+                                     group="reliability")
     keep_checkpoints: int = opt(3, "how many of the latest checkpoints to keep",
-                                group="checkpoints")
+                                group="reliability")
+    min_actors: int = opt(1, "asynchronous modes: carry on while this many actors are alive "
+                          "(an actor that dies is dropped and counted in summary.json)",
+                          group="reliability")
     resume: str | None = opt(None, "RUN_DIR: continue that run from its latest checkpoint, "
                              "with the flags of its config.json (only the limits and the "
                              "logging and checkpoint flags may be given anew)",
-                             group="checkpoints")
+                             group="reliability")
 
     # -- the shape of the run ------------------------------------------------------------
     default_topology = "star"
@@ -136,6 +139,7 @@ class RunConfig:
                      "checkpoint_interval"):
             r.positive(self, name)
         r.at_least(self, "keep_checkpoints", 1)
+        r.at_least(self, "min_actors", 1)
         if self.actors is not None:
             r.at_least(self, "actors", 0)
 

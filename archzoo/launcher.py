@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,25 +44,50 @@ def run_mpiexec(argv: list[str], world_size: int) -> int:
 def run_gloo(argv: list[str], world_size: int) -> int:
     port = free_port()
     procs = []
-    for rank in range(world_size):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
-                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ARCHZOO_EMBEDDED="1",
-                   ARCHZOO_LAUNCH_TIME=str(time.time()), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(child_argv(argv), env=env))
-    return _supervise(procs)
+    with tempfile.TemporaryDirectory(prefix="archzoo-") as tmp:
+        started = Path(tmp) / "started"  # rank 0 creates it once every rank has joined
+        for rank in range(world_size):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
+                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ARCHZOO_EMBEDDED="1",
+                       ARCHZOO_LAUNCH_TIME=str(time.time()), OMP_NUM_THREADS="1",
+                       ARCHZOO_STARTED_FILE=str(started))
+            procs.append(subprocess.Popen(child_argv(argv), env=env))
+        return _supervise(procs, started)
 
 
-def _supervise(procs: list[subprocess.Popen]) -> int:
-    """Wait for all; after the first failure give the rest GRACE_S, then kill them."""
+def mark_started() -> None:
+    """Rank 0, once every rank has joined: tell the embedded launcher that from now on
+    rank 0 decides whether a rank's death ends the run."""
+    path = os.environ.get("ARCHZOO_STARTED_FILE")
+    if path:
+        Path(path).touch()
+
+
+def _supervise(procs: list[subprocess.Popen], started: Path | None = None) -> int:
+    """Wait for all. Before the run has started (``started`` does not exist yet) any failure
+    ends it: the others get GRACE_S to notice, then are killed. Afterwards rank 0 decides:
+    when it fails, the same; when another rank fails, rank 0 either carries on without it
+    (an actor of an asynchronous architecture) or ends the run itself, naming it, within
+    ``--comm-timeout``. The exit code is rank 0's if it finished, else the first failure's."""
     failed_at: float | None = None
     code = 0
+    noted: set[int] = set()
     try:
         while any(p.poll() is None for p in procs):
-            for p in procs:
+            for rank, p in enumerate(procs):
                 rc = p.poll()
-                if rc not in (None, 0) and failed_at is None:
-                    failed_at, code = time.time(), rc
+                if rc in (None, 0):
+                    continue
+                if code == 0:
+                    code = rc
+                running = started is not None and started.exists()
+                if (rank == 0 or not running) and failed_at is None:
+                    failed_at = time.time()
+                elif rank != 0 and rank not in noted:
+                    noted.add(rank)
+                    print(f"archzoo: rank {rank} exited with code {rc}; rank 0 decides "
+                          "whether the run goes on without it", file=sys.stderr, flush=True)
             if failed_at is not None and time.time() - failed_at > GRACE_S:
                 for p in procs:
                     if p.poll() is None:
@@ -82,4 +108,6 @@ def _supervise(procs: list[subprocess.Popen]) -> int:
         rc = p.wait()
         if rc != 0 and code == 0:
             code = rc
+    if len(procs) > 1 and procs[0].returncode == 0:
+        return 0  # rank 0 finished the stop protocol: the run went on without the dead
     return 1 if code < 0 else code

@@ -34,7 +34,7 @@ from archzoo.comm import CommError, ControlChannel
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
-from archzoo.harness import RankContext
+from archzoo.harness import RankContext, Survivors
 from archzoo.runlog import Monitor, RunDir
 from learners.seed import SeedLearner
 
@@ -94,10 +94,12 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     sl, policy = _learner(cfg, spec, mon, actors)
     harness.attach_checkpoints(ctx, mon, {"learner": sl.learner},
                                (sl.learner.model, builders.policy_meta(cfg, spec)))
+    survivors = Survivors(ctx.rank, actors, cfg.min_actors, mon.elapsed)
+    survivors.on_drop(control.drop)
     server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
                              cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
-                             harness.TAG_INFER_REPLY,
-                             mode=cfg.mode, on_answer=sl.on_answer)
+                             harness.TAG_INFER_REPLY, mode=cfg.mode, on_answer=sl.on_answer,
+                             on_drop=lambda _, e: survivors.drop(e, "inference"))
     mon.extra = server.stats.window
     backoff = Backoff(t.idle, t.spin_s)  # the learner has nothing else to do: spin first
     stop = None
@@ -114,23 +116,23 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
 
     try:
         byes = harness.finish_root(ctx, control, actors, server.drop_pending,
-                                   outstanding=lambda: server.flush())
+                                   outstanding=lambda: server.flush(), survivors=survivors)
     except CommError as e:
         # an actor died (the server dropped it) or went silent: keep what was learnt in the
         # run directory, then fail with the error that names it
-        _finish(ctx, run_dir, mon, stop, sl, server, spec, {}, str(e))
+        _finish(ctx, run_dir, mon, stop, sl, server, spec, {}, str(e), survivors)
         raise
-    return _finish(ctx, run_dir, mon, stop, sl, server, spec, byes, None)
+    return _finish(ctx, run_dir, mon, stop, sl, server, spec, byes, None, survivors)
 
 
 def _finish(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str, sl: SeedLearner,
             server: InferenceServer, spec: EnvSpec, byes: dict[int, Any],
-            error: str | None) -> dict[str, Any]:
+            error: str | None, survivors: Survivors) -> dict[str, Any]:
     """Write summary.json and the policy (also when the stop protocol failed)."""
     timers = {"learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
                           "wait": ctx.transport.wait_s}}
     extra = {"inference": inference_summary(server), "actor_restarts": sl.restarts(),
-             "stop_error": error}
+             "stop_error": error, **survivors.summary()}
     return harness.finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
                               meta=builders.policy_meta(ctx.cfg, spec), updates=sl.learner.version,
                               device=sl.learner.device, applied=APPLIED, timers=timers, byes=byes,

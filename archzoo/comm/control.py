@@ -57,6 +57,12 @@ class ControlChannel:
         self._sending.append((msg, req))
         return req
 
+    def drop(self, peer: int) -> None:
+        """Forget ``peer`` (its process died): no more receives from it, no waiting on
+        the messages queued for it."""
+        self.inbox.drop(peer)
+        self._sending = [(m, r) for m, r in self._sending if r.peer != peer]
+
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every queued control message was taken by its receiver."""
         for _, req in self._sending:

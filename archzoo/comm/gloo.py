@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from archzoo.comm.base import DEFAULT_TIMEOUT_S, Request, Transport, as_bytes
-from archzoo.comm.errors import PeerFailure
+from archzoo.comm.errors import CommError, PeerFailure
 
 # Our own deadlines govern every wait; the group's timeout only bounds gloo's internal waits,
 # and a posted receive may legitimately sit idle for a whole run.
@@ -95,8 +95,13 @@ class GlooTransport(Transport):
             timeout=datetime.timedelta(seconds=startup_timeout_s),
             wait_for_workers=False,
         )
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=_GROUP_TIMEOUT)
+        try:
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                    timeout=_GROUP_TIMEOUT)
+        except RuntimeError as e:  # a rank died or is unreachable while the group forms
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else repr(e)
+            raise CommError(f"rank {rank}: could not form the gloo group of {world_size} "
+                            f"ranks at {master_addr}:{master_port}: {first}") from None
         self._waiters: dict[tuple, _Waiter] = {}
         self._progress = threading.Event()  # set by a waiter thread whenever a work completes
 

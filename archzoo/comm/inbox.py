@@ -56,6 +56,19 @@ class Inbox:
         order = [self.peers[(self._next + i) % n] for i in range(n)]
         return [p for p in order if self.poll(p) is not None]
 
+    def drop(self, peer: int) -> None:
+        """Stop listening to ``peer`` (its process died); its posted receives are abandoned
+        (gloo cannot withdraw them; they fail or die with the process)."""
+        if peer not in self._slots:
+            return
+        i = self.peers.index(peer)
+        self.peers.remove(peer)
+        del self._slots[peer]
+        if self.peers:
+            self._next = (self._next - (1 if i < self._next else 0)) % len(self.peers)
+        else:
+            self._next = 0
+
     def advance(self, peer: int) -> None:
         """Start the next :meth:`ready` scan after ``peer`` (fair round robin for callers
         that take from ``ready()`` and may stop early)."""

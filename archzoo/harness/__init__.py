@@ -47,10 +47,12 @@ from archzoo.harness.stats import (
     stats_message,
     train_on_unrolls,
 )
+from archzoo.harness.survivors import Survivors, TooFewActors
 
 __all__ = [
     "LeafControl", "REPLAY_TAGS", "RankContext", "SAMPLE_TAGS", "StatsReporter",
-    "StopRequested", "TAG_CONTROL", "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS",
+    "StopRequested", "Survivors", "TooFewActors", "TAG_CONTROL", "TAG_INFER_REPLY",
+    "TAG_INFER_REQUEST", "TAG_PARAMS",
     "TAG_SAMPLE_REPLY", "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL",
     "abandon_run", "absorb_stats", "account_unroll", "actor_seed", "attach_checkpoints",
     "byte_totals", "evaluator_seed",

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from archzoo import checkpoint
 from archzoo.comm import Transport
 from archzoo.harness.protocol import RankContext
+from archzoo.launcher import mark_started
 from archzoo.runlog import Monitor, RunDir
 
 
@@ -74,6 +75,7 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
     if ctx.transport is not None:
         mon.last_heard = ctx.transport.counters.last_heard
     _OPEN[:] = [_OpenRun(ctx, run_dir, mon, None)]
+    mark_started()  # every rank has joined (open_run follows the handshake)
     if parts is not None:
         attach_checkpoints(ctx, mon, parts, policy)
     return run_dir, mon

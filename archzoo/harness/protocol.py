@@ -10,6 +10,10 @@ the schema). Stop is a protocol, not a kill:
 3. the root drains what is in flight until it has every BYE, waits for its own
    outstanding sends, and sends FINAL;
 4. all meet at a barrier with a deadline and exit 0.
+
+With :class:`~archzoo.harness.survivors.Survivors`, an actor that died before or during
+the stop is dropped instead of awaited; FINAL then tells the survivors to skip the
+barrier, which would need every rank.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
+from archzoo.comm import ControlChannel, PeerFailure, PeerTimeout, SchemaMismatch, Transport
 from archzoo.comm.factory import Launch
 from archzoo.config import RunConfig
 
@@ -95,6 +99,7 @@ class LeafControl:
         self.control, self.root = control, root
         self.stopped = False
         self.final = False
+        self.barrier = True  # False when a rank died: the final barrier would need it
 
     def poll(self) -> None:
         for _, msg in self.control.poll():
@@ -103,6 +108,7 @@ class LeafControl:
                 self.stopped = True
             elif kind == "final":
                 self.final = True
+                self.barrier = msg.get("barrier", True)
 
     def raise_if_stopped(self) -> None:
         self.poll()
@@ -123,32 +129,64 @@ def finish_leaf(ctx: RankContext, control: ControlChannel, lc: LeafControl, root
             raise PeerTimeout(ctx.rank, root, "FINAL", t.timeout_s)
         time.sleep(1e-3)
     control.flush()
-    t.barrier()
+    if lc.barrier:
+        t.barrier()
 
 
 def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
-                drain: Callable[[], None], outstanding: Callable[[], None]) -> dict[int, Any]:
-    """Root side of stop: STOP to all, drain until every BYE, FINAL, final barrier."""
+                drain: Callable[[], None], outstanding: Callable[[], None],
+                survivors: Any = None) -> dict[int, Any]:
+    """Root side of stop: STOP to all, drain until every BYE, FINAL, final barrier.
+
+    ``survivors`` (:class:`~archzoo.harness.survivors.Survivors`): actors that die during
+    the stop are dropped, and with any actor dead the barrier is skipped."""
     t = ctx.transport
-    for leaf in leaves:
-        control.send(leaf, {"type": "stop"})
+    leaves = list(leaves)
+
+    def guarded(step: Callable[[], Any], during: str) -> bool:
+        """Run ``step``; False if an actor died in it (it is dropped, not awaited)."""
+        if survivors is None:
+            step()
+            return True
+        try:
+            step()
+            return True
+        except PeerFailure as e:
+            survivors.drop(e, during)  # re-raises unless e names an actor
+            if e.peer in leaves:
+                leaves.remove(e.peer)
+            control.drop(e.peer)
+            return False
+
+    def alive() -> list[int]:
+        return [r for r in leaves if survivors is None or r not in survivors.dead]
+
+    for leaf in alive():
+        guarded(lambda leaf=leaf: control.send(leaf, {"type": "stop"}), "the stop")
     byes: dict[int, Any] = {}
     deadline = time.time() + t.timeout_s
-    while len(byes) < len(leaves):
-        drain()
-        for peer, msg in control.poll():
-            if msg.get("type") == "bye":
-                byes[peer] = msg.get("stats", {})
+    while len(byes) < len(alive()):
+        def step() -> None:
+            drain()
+            for peer, msg in control.poll():
+                if msg.get("type") == "bye":
+                    byes[peer] = msg.get("stats", {})
+        guarded(step, "the stop's drain")
         if time.time() > deadline:
-            missing = ",".join(str(r) for r in leaves if r not in byes)
+            missing = ",".join(str(r) for r in alive() if r not in byes)
             raise PeerTimeout(ctx.rank, missing, "BYE", t.timeout_s)
         time.sleep(1e-4)
-    outstanding()
-    for leaf in leaves:
-        control.send(leaf, {"type": "final"})
-    control.flush()
-    t.barrier()
-    return byes
+    while not guarded(outstanding, "the stop's last sends"):
+        pass
+    barrier = survivors is None or not survivors.dead
+    for leaf in alive():
+        guarded(lambda leaf=leaf: control.send(leaf, {"type": "final", "barrier": barrier}),
+                "the stop")
+    while not guarded(control.flush, "the stop"):
+        pass
+    if barrier:
+        t.barrier()
+    return {r: b for r, b in byes.items() if r in alive()}
 
 
 def play_star_roles(ctx: RankContext, single: Callable, root: Callable,

@@ -37,6 +37,14 @@ class ParamsBroadcast:
         self.latest["version"][...] = version
         self.collective.broadcast(self.latest.buffer, 0)
 
+    def drop(self, actor: int) -> None:
+        """Stop sending to a dead actor: possible on the star; a collective needs every
+        rank, so there the death ends the run."""
+        if self.star is None:
+            raise RuntimeError(f"actor {actor} died: a {type(self.collective).__name__} "
+                               "broadcast cannot go on without it")
+        self.star.drop(actor)
+
     def publish_stop(self) -> None:
         """Sync actors blocked in a collective learn that the run stopped."""
         if self.collective is not None:

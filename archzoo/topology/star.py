@@ -39,6 +39,14 @@ class StarPublisher:
         self._stale: set[int] = set()
         self.messages = 0
 
+    def drop(self, leaf: int) -> None:
+        """Stop sending to ``leaf`` (its process died)."""
+        if leaf in self.leaves:
+            self.leaves.remove(leaf)
+            self._req.pop(leaf, None)
+            self._buf.pop(leaf, None)
+            self._stale.discard(leaf)
+
     def publish(self, params: np.ndarray | None = None, version: int | None = None) -> None:
         """Make (``params``, ``version``) the latest, or re-send ``self.latest`` as filled."""
         if params is not None:
