@@ -107,11 +107,16 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         for _, msg in control.poll():
             harness.absorb_stats(mon, msg, learner.version)
 
-    def service() -> None:
+    survivors = harness.Survivors(ctx.rank, actors, cfg.min_actors, mon.elapsed)
+    for component in (control, publisher, inserts):
+        if component is not None:
+            survivors.on_drop(component.drop)
+
+    def service() -> None:  # the learner's only contact with actors: a dead one is dropped
         with timers("comm"):
-            take_inserts()
-            take_stats()
-            publisher.pump()
+            survivors.guard(take_inserts, "taking transitions")
+            survivors.guard(take_stats, "taking statistics")
+            survivors.guard(publisher.pump, "sending parameters")
         c = t.counters.totals()
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
 
@@ -126,7 +131,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         if learner.version % cfg.publish_every == 0:
             with timers("comm"):
                 get_flat(learner.model, publisher.latest["params"])
-                publisher.publish(version=learner.version)
+                survivors.guard(lambda: publisher.publish(version=learner.version),
+                                "sending parameters")
         service()
         stop = mon.check_stop()
 
@@ -136,13 +142,15 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         publisher.pump()
 
     byes = harness.finish_root(ctx, control, leaves, drain,
-                               outstanding=lambda: publisher.wait_all(on_poll=drain))
+                               outstanding=lambda: publisher.wait_all(on_poll=drain),
+                               survivors=survivors)
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
     keys = ("inserted", "sampled", "priority_updates", "priorities_applied")
     extra = {"replay_shards": len(shards), "replay_size": client.size,
              "replay_inserted": client.inserted,
-             "replay": {str(r): {k: byes.get(r, {}).get(k) for k in keys} for r in shards}}
+             "replay": {str(r): {k: byes.get(r, {}).get(k) for k in keys} for r in shards},
+             **survivors.summary()}
     return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
                               meta=builders.policy_meta(cfg, spec), updates=learner.version,
                               device=learner.device, topology="star", applied=APPLIED,
@@ -168,17 +176,19 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
     lc = harness.LeafControl(control, 0)
+    mine_alive = harness.Survivors(ctx.rank, mine, 0)  # the learner decides the run's end
+    mine_alive.on_drop(server.inserts.drop)
     busy_s = 0.0
     while not lc.stopped:
         lc.poll()
         t0 = time.perf_counter()
-        if server.serve():
+        if mine_alive.guard(server.serve, "taking transitions"):
             busy_s += time.perf_counter() - t0
         else:
             t.idle(2e-4)
 
     def drain() -> None:
-        server.drain_inserts(force=True)
+        mine_alive.guard(lambda: server.drain_inserts(force=True), "the stop's drain")
 
     server.flush(on_poll=drain)
     stats = {"timing": {"serve": busy_s, "wait": t.wait_s}, "inserted": limiter.inserted,

@@ -62,7 +62,7 @@ class Survivors:
               f"{len(self.live)} actors go on", file=sys.stderr, flush=True)
         for forget in self._forget:
             forget(peer)
-        if len(self.live) < self.min_actors:
+        if len(self.live) < self.min_actors:  # 0: never (a rank that does not decide)
             raise TooFewActors(f"rank {self.rank}: {len(self.live)} actors left "
                                f"(--min-actors {self.min_actors}); dead: "
                                f"{', '.join(map(str, self.dead))}")
