@@ -10,13 +10,14 @@ total, minimum and size, so K shards sample as one memory would.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from archzoo.comm import Inbox, Message, Request, Schema, Transport
+from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
 from replay.memory import PrioritizedReplay, UniformReplay, importance_weights
 
 TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount")
@@ -132,15 +133,26 @@ class ReplayServer:
         self._updated = dict.fromkeys(self.learners, False)  # pending request's updates applied
         self.priority_updates = 0  # items whose new priority arrived with a request
         self.priorities_applied = 0  # of those, the ones still in their slot (not stale)
+        self.dead: list[int] = []  # actors whose process died
 
     def drain_inserts(self, force: bool = False) -> int:
-        """Take arrived actor messages (while the rate limiter allows, unless ``force``)."""
+        """Take arrived actor messages (while the rate limiter allows, unless ``force``).
+
+        An actor whose process died is dropped (listed in ``dead``); the others go on."""
         n = 0
-        for p in self.inserts.ready():
-            if not (force or self.limiter.can_insert()):
-                break
-            n += insert(self.memory, self.inserts.poll(p))
-            self.inserts.release(p)
+        try:
+            for p in self.inserts.ready():
+                if not (force or self.limiter.can_insert()):
+                    break
+                n += insert(self.memory, self.inserts.poll(p))
+                self.inserts.release(p)
+        except PeerFailure as e:
+            if e.peer not in self.inserts.peers:
+                raise
+            self.inserts.drop(e.peer)
+            self.dead.append(e.peer)
+            print(f"archzoo: rank {self.t.rank}: replay drops actor {e.peer}: {e}",
+                  file=sys.stderr, flush=True)
         self.limiter.inserted += n
         return n
 

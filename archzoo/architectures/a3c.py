@@ -29,7 +29,7 @@ from archzoo import builders, harness
 from archzoo.comm import ControlChannel
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
-from archzoo.harness.ps_roles import run_shards, send_final_params, shard_stats
+from archzoo.harness.ps_roles import run_shards, shard_stats
 from archzoo.nets import get_flat, num_params, set_flat
 from learners.a2c import a2c_gradient
 from paramserver import ParamShard, PSClient, PSTags, ShardState, ps_schemas, shard_bounds
@@ -91,12 +91,13 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
     shard = ParamShard(t, flat[lo:hi], workers, builders.ps_optimizer(cfg), PS_TAGS,
                        mode=cfg.mode, drop=cfg.ps_drop, staleness=cfg.staleness)
     digests = {s.name: s.digest() for s in ps_schemas(len(flat))}
-    end = run_shards(ctx, shard, digests, len(flat), final_from=workers[0])
+    end = run_shards(ctx, shard, digests, len(flat), shards, actors=workers)
     if end is None:
         return None
     set_flat(model, end.final["params"])
     extra = {"ps_shards": len(shards), "ps": shard_stats(shard, shards, end.byes),
-             "final_params_version": int(end.final["version"]), "mode_rule": (
+             "final_params_version": int(end.final["version"]), **end.survivors.summary(),
+             "mode_rule": (
                  "async: apply each gradient as it arrives" if cfg.mode == "async"
                  else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")}
     return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
@@ -138,8 +139,6 @@ def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list
         reporter.maybe_report(actor.env_steps, int(versions[0]), first)
     client.close()
     actor.close()
-    if ctx.rank == workers[0]:
-        send_final_params(ctx, params, versions)
     stats = {"timing": {"env": actor.env_s, "inference": actor.inference_s,
                         "gradient": update_s, "push_pull": comm_s, "wait": t.wait_s},
              "bytes": t.counters.totals()}

@@ -176,19 +176,17 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
     lc = harness.LeafControl(control, 0)
-    mine_alive = harness.Survivors(ctx.rank, mine, 0)  # the learner decides the run's end
-    mine_alive.on_drop(server.inserts.drop)
     busy_s = 0.0
     while not lc.stopped:
         lc.poll()
         t0 = time.perf_counter()
-        if mine_alive.guard(server.serve, "taking transitions"):
+        if server.serve():
             busy_s += time.perf_counter() - t0
         else:
             t.idle(2e-4)
 
     def drain() -> None:
-        mine_alive.guard(lambda: server.drain_inserts(force=True), "the stop's drain")
+        server.drain_inserts(force=True)
 
     server.flush(on_poll=drain)
     stats = {"timing": {"serve": busy_s, "wait": t.wait_s}, "inserted": limiter.inserted,

@@ -31,7 +31,7 @@ from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
-from archzoo.harness.ps_roles import run_shards, send_final_params, shard_stats
+from archzoo.harness.ps_roles import run_shards, shard_stats
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
 from learners.dqn import dqn_gradient
@@ -91,9 +91,8 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
     shard = ParamShard(t, flat[lo:hi], learners + actors, make_optimizer("adam", cfg.lr),
                        PS_TAGS, mode="async", staleness=cfg.staleness)
-    end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), len(flat),
-                     final_from=learners[0],
-                     eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
+    end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), len(flat), shards,
+                     actors=actors, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
     if end is None:
         return None
     set_flat(model, end.final["params"])
@@ -101,7 +100,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     extra = {"ps_shards": len(shards), "learners": len(learners),
              "ps": shard_stats(shard, shards, end.byes),
              "replay": end.byes[replay].get("replay", {}),
-             "final_params_version": int(end.final["version"])}
+             "final_params_version": int(end.final["version"]), **end.survivors.summary()}
     role = {r: ("learner" if r in learners else "actor" if r in actors else
                 "replay" if r == replay else "shard") for r in end.byes}
     return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
@@ -168,8 +167,6 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     except harness.StopRequested:
         pass
     ps.close()
-    if ctx.rank == learners[0]:
-        send_final_params(ctx, params, versions)
     harness.finish_leaf(ctx, control, lc, 0, {"timing": {"gradient": grad_s, "wait": t.wait_s},
                                               "steps": steps, "bytes": t.counters.totals()},
                         drain=samples.drain)

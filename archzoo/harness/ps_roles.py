@@ -1,9 +1,10 @@
 """The parameter-server shards' roles, shared by A3C/A2C and Gorila.
 
 Shard 0 also decides: it keeps the learning curve from the workers' statistics, runs the
-stop protocol and writes the run directory, with the final parameters that the first
-worker sends it (a shard holds only its slice). The other shards serve until every
-worker has said BYE.
+stop protocol and writes the run directory. The other shards serve until every worker has
+said BYE, then send shard 0 their slice, so policy.pt holds the server's final parameters.
+In async mode an actor that dies is dropped (the shards stop serving it; shard 0 counts
+it, :class:`~archzoo.harness.survivors.Survivors`) and the run goes on.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from archzoo.harness.protocol import (
     handshake_root,
 )
 from archzoo.harness.stats import serve_and_monitor
+from archzoo.harness.survivors import Survivors
 from archzoo.runlog import Monitor, RunDir
 from archzoo.topology.star import params_schema
-from paramserver import ParamShard
+from paramserver import ParamShard, shard_bounds
 
-TAG_FINAL_PARAMS = 8  # the first worker's last parameters, for the run directory's policy
+TAG_FINAL_PARAMS = 8  # a shard's final slice to shard 0, for the run directory's policy
 
 
 @dataclass
@@ -38,13 +40,18 @@ class ShardRun:
     mon: Monitor
     stop: str
     byes: dict[int, Any]
-    final: Message  # the full final parameters and their version
+    final: Message  # the full final parameters and shard 0's version
+    survivors: Survivors
 
 
 def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], n_params: int,
-               final_from: int, eval_window: int | None = None) -> ShardRun | None:
-    """Serve this rank's slice until the stop; on shard 0 return the run's outcome."""
+               shards: list[int], actors: list[int],
+               eval_window: int | None = None) -> ShardRun | None:
+    """Serve this rank's slice until the stop; on shard 0 return the run's outcome.
+
+    ``actors``: the workers whose death an asynchronous run survives."""
     cfg, t = ctx.cfg, ctx.transport
+    bounds = shard_bounds(n_params, len(shards))
     if ctx.rank != 0:
         control = ControlChannel(t, [0], TAG_CONTROL)
         handshake_leaf(control, 0, digests, cfg.startup_timeout)
@@ -52,21 +59,36 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], n_p
         # serve until every worker said BYE (they stop on rank 0's STOP); the run's own
         # limit plus the stop protocol's deadline bound a silent worker
         shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout)
+        mine = params_schema(shard.params.size).new()
+        mine["params"][:] = shard.params
+        mine["version"][...] = shard.version
+        t.wait(t.isend(mine.buffer, 0, TAG_FINAL_PARAMS, "final parameters"))
         lc.poll()
         finish_leaf(ctx, control, lc, 0, {"ps": shard.stats.as_dict(),
                                           "bytes": t.counters.totals()}, drain=lambda: None)
         return None
     leaves = list(range(1, ctx.world_size))
     control = ControlChannel(t, leaves, TAG_CONTROL)
-    final = params_schema(n_params).new()
-    final_req = t.irecv(final.buffer, final_from, TAG_FINAL_PARAMS, "final parameters")
+    slices = {r: params_schema(hi - lo).new()
+              for r, (lo, hi) in zip(shards, bounds, strict=True) if r != 0}
+    reqs = {r: t.irecv(m.buffer, r, TAG_FINAL_PARAMS, "final parameters")
+            for r, m in slices.items()}
     handshake_root(control, leaves, digests, cfg.startup_timeout)
     run_dir, mon = open_run(ctx, eval_window)
-    stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version)
+    survivors = Survivors(0, actors if cfg.mode == "async" else [], cfg.min_actors,
+                          mon.elapsed)
+    survivors.on_drop(control.drop)
+    stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version, survivors)
     byes = finish_root(ctx, control, leaves, drain=shard.serve,
-                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout))
-    t.wait(final_req)
-    return ShardRun(run_dir, mon, stop, byes, final)
+                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout),
+                       survivors=survivors)
+    final = params_schema(n_params).new()
+    final["params"][slice(*bounds[0])] = shard.params
+    final["version"][...] = shard.version
+    for r, req in reqs.items():
+        t.wait(req)
+        final["params"][slice(*bounds[shards.index(r)])] = slices[r]["params"]
+    return ShardRun(run_dir, mon, stop, byes, final, survivors)
 
 
 def shard_stats(shard: ParamShard, shards: list[int], byes: dict[int, Any]) -> dict[str, Any]:
@@ -74,10 +96,3 @@ def shard_stats(shard: ParamShard, shards: list[int], byes: dict[int, Any]) -> d
     return {"0": shard.stats.as_dict(), **{str(r): byes[r]["ps"] for r in shards[1:]}}
 
 
-def send_final_params(ctx: RankContext, params: Any, versions: Any) -> None:
-    """The first worker's last parameters to shard 0, for policy.pt."""
-    t = ctx.transport
-    final = params_schema(len(params)).new()
-    final["params"][:] = params
-    final["version"][...] = int(min(versions))
-    t.wait(t.isend(final.buffer, 0, TAG_FINAL_PARAMS, "final parameters"))

@@ -78,16 +78,25 @@ class StatsReporter:
 
 
 def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Monitor,
-                      serve: Callable[[], bool], version: Callable[[], int]) -> str:
+                      serve: Callable[[], bool], version: Callable[[], int],
+                      survivors: Any = None) -> str:
     """Rank 0 as a server (a parameter-server shard) that also keeps the learning curve:
-    serve, absorb the leaves' stats, log, until the Monitor says stop; returns why."""
+    serve, absorb the leaves' stats, log, until the Monitor says stop; returns why.
+    ``survivors``: an actor whose control stream breaks is dropped, not fatal."""
     t = ctx.transport
+
+    def absorb() -> None:
+        for _, msg in control.poll():
+            absorb_stats(mon, msg, version())
+
     stop = None
     while stop is None:
         if not serve():
             t.idle(2e-4)
-        for _, msg in control.poll():
-            absorb_stats(mon, msg, version())
+        if survivors is None:
+            absorb()
+        else:
+            survivors.guard(absorb, "taking statistics")
         mon.updates = version()
         c = t.counters.totals()
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
