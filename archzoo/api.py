@@ -90,7 +90,8 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
         return run_rank(arch, resolved, where, T_START), resolved
     child = _forward_argv(config_argv(cfg, given), resolved)
     if world == 1:
-        return subprocess.run(launcher.child_argv(child)).returncode, resolved
+        return subprocess.run(launcher.child_argv(child), env=launcher.child_env()).returncode, \
+            resolved
     if resolved.backend == "mpi":
         return launcher.run_mpiexec(child, world), resolved
     return launcher.run_gloo(child, world), resolved

@@ -61,7 +61,14 @@ def _add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
 
 
 def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
-    from archzoo.architectures import ARCHITECTURES
+    """The parser of every command; ``archzoo run ARCH`` takes ARCH's config fields as flags
+    (an ARCH that names no architecture is a UsageError)."""
+    from archzoo.architectures import get, names
+
+    try:
+        cls = RunConfig if arch is None else get(arch).config
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
 
     p = _Parser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -73,8 +80,9 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     sub.add_parser("plot", help="learning curves of run directories in one figure "
                    "(archzoo plot -h)", add_help=False)
     run = sub.add_parser("run", help="run an architecture")
-    run.add_argument("arch", help=f"one of: {', '.join(ARCHITECTURES)}")
-    _add_config_flags(run, ARCHITECTURES[arch].config if arch in ARCHITECTURES else RunConfig)
+    run.add_argument("arch", help=f"one of: {', '.join(names())}; or package.module:NAME, "
+                     "an Architecture record in your own module (docs/tutorial.md)")
+    _add_config_flags(run, cls)
     ev = sub.add_parser("eval", help="replay a run's final policy")
     ev.add_argument("run_dir")
     ev.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
@@ -214,11 +222,15 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
 
     Returns (architecture module, Launch, resolved config, world size); the config that
     came in is not changed."""
-    from archzoo.architectures import get
+    from archzoo.architectures import dir_name, get
     from archzoo.comm.factory import detect_launch
     from archzoo.envs import EnvError, env_spec
 
-    arch = get(cfg.arch).load()
+    try:
+        record = get(cfg.arch)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    arch = record.load()
     rules = Rules()
     RunConfig.check(cfg, rules)  # the common flags first, before the env is made
     if rules.problem:
@@ -281,8 +293,8 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
                              "(use --device auto or cpu)")
     if cfg.run_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        cfg = cfg.replace(run_dir=str(Path("runs") /
-                                      f"{cfg.arch}-{cfg.env}-{cfg.backend}-{stamp}"))
+        name = f"{dir_name(record.name)}-{cfg.env}-{cfg.backend}-{stamp}"
+        cfg = cfg.replace(run_dir=str(Path("runs") / name))
     return arch, launch, cfg, world
 
 
@@ -324,10 +336,16 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_list() -> int:
-    from archzoo.architectures import ARCHITECTURES
+    """The built-in architectures, then those that installed packages register."""
+    from archzoo.architectures import get, names
 
-    for a in ARCHITECTURES.values():
-        print(f"{a.name:8s} {a.description}")
+    for name in names():
+        try:
+            a = get(name)
+        except KeyError as e:  # a broken registration: say so, list the others
+            print(f"{name:8s} (cannot be loaded: {e.args[0]})")
+            continue
+        print(f"{name:8s} {a.description}")
         print(f"{'':8s}   roles: {a.roles}; modes: {'/'.join(a.modes)}; "
               f"topologies: {'/'.join(a.topologies)}")
     return 0

@@ -4,6 +4,9 @@
   ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (what torchrun would set), and watch
   them: if one fails, the others get a grace period to notice and end, then are killed.
 - mpi: re-execute this command under the venv's ``mpiexec -n world_size``.
+
+Either way the children see the directories of architectures imported from the user's own
+modules (``archzoo run package.module:NAME``) on their ``PYTHONPATH`` (:func:`child_env`).
 """
 
 from __future__ import annotations
@@ -32,11 +35,24 @@ def child_argv(argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "archzoo", *argv]
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment plus ``extra``, for a child rank: ``PYTHONPATH`` starts
+    with the directories the user's architecture modules were imported from, so the child
+    imports the same ones."""
+    from archzoo.architectures import user_paths
+
+    env = dict(os.environ, **extra)
+    paths = [*user_paths(), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    if user_paths():
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    return env
+
+
 def run_mpiexec(argv: list[str], world_size: int) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise FileNotFoundError("mpiexec not found (pip install mpich)")
-    env = dict(os.environ, ARCHZOO_LAUNCH_TIME=str(time.time()))
+    env = child_env(ARCHZOO_LAUNCH_TIME=str(time.time()))
     cmd = [mpiexec, "-n", str(world_size), *child_argv(argv)]
     return _supervise([subprocess.Popen(cmd, env=env)])
 
@@ -47,11 +63,11 @@ def run_gloo(argv: list[str], world_size: int) -> int:
     with tempfile.TemporaryDirectory(prefix="archzoo-") as tmp:
         started = Path(tmp) / "started"  # rank 0 creates it once every rank has joined
         for rank in range(world_size):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
-                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ARCHZOO_EMBEDDED="1",
-                       ARCHZOO_LAUNCH_TIME=str(time.time()), OMP_NUM_THREADS="1",
-                       ARCHZOO_STARTED_FILE=str(started))
+            env = child_env(RANK=str(rank), WORLD_SIZE=str(world_size),
+                            LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                            ARCHZOO_EMBEDDED="1", ARCHZOO_LAUNCH_TIME=str(time.time()),
+                            OMP_NUM_THREADS="1", ARCHZOO_STARTED_FILE=str(started))
             procs.append(subprocess.Popen(child_argv(argv), env=env))
         return _supervise(procs, started)
 

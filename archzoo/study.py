@@ -101,6 +101,8 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
         argv, extra = argv[:i], argv[i + 1:]
     else:
         extra = []
+    from archzoo.architectures import dir_name
+
     a = build_parser(parser_class).parse_args(argv)
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -109,7 +111,7 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
     for k, (topo, actors, backend, mode, seed) in enumerate(grid, 1):
         point = {"arch": a.arch, "topology": topo, "actors": actors, "backend": backend,
                  "mode": mode, "seed": seed}
-        run_dir = out / "runs" / f"{a.arch}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
+        run_dir = out / "runs" / f"{dir_name(a.arch)}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
         cmd = [sys.executable, "-m", "archzoo", "run", a.arch, "--topology", topo,
                "--actors", str(actors), "--backend", backend, "--mode", mode,
                "--seed", str(seed), "--run-dir", str(run_dir), "--quiet", *extra]

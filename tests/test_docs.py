@@ -7,11 +7,11 @@ For README.md and every Markdown file under docs/ (fenced code blocks included w
   an anchor must be a heading of the target (GitHub's slugs); ``#L123`` line anchors are
   refused.
 - **Code names.** Every inline code span that names code resolves in the repository's Python
-  files (archzoo/, actors/, learners/, replay/, paramserver/, benchmarks/, tests/) or, for
-  environment variables, in launch/. See ``check_span`` for what counts as a name and what
-  is skipped. In a table row or list item that starts with a link to a Python file ("the
-  code involved" tables), the names must be defined in that very file, so a class that
-  moves to another file is reported too.
+  files (archzoo/, actors/, learners/, replay/, paramserver/, benchmarks/, tests/,
+  examples/) or, for environment variables, in launch/. See ``check_span`` for what counts
+  as a name and what is skipped. In a table row or list item that starts with a link to a
+  Python file ("the code involved" tables), the names must be defined in that very file, so
+  a class that moves to another file is reported too.
 - **Flags.** Every ``--flag`` is accepted by the parser it is given to: in a command
   (``archzoo run impala --actors 2``, ``archzoo study ... -- --total-steps 4000``,
   ``archzoo bench comm --sizes 1KB``, ``python benchmarks/bench_X.py --solve``) that
@@ -21,12 +21,12 @@ For README.md and every Markdown file under docs/ (fenced code blocks included w
   "seed" texts, a book's section numbers), code by line number, or paths outside the
   repository; every page of docs/ and README.md links to docs/references.md.
 
-The parsers are built in-process (``archzoo.cli.build_parser`` per architecture,
-``archzoo.study.build_parser``, ``archzoo.benchcomm.build_parser``,
-``archzoo.plot.build_parser``); the benchmark scripts
+The parsers are built in-process (``archzoo.cli.build_parser`` per architecture, the
+examples' ``archzoo run examples.MODULE:NAME`` included, ``archzoo.study.build_parser``,
+``archzoo.benchcomm.build_parser``, ``archzoo.plot.build_parser``); the benchmark scripts
 build theirs inside ``main``, so their flags are read from their ``add_argument`` calls with
-``ast``. Apart from the archzoo modules that building the parsers imports, Python sources
-are only parsed with ``ast``. No process is started.
+``ast``. Apart from the modules that building the parsers imports (archzoo's and the
+examples'), Python sources are only parsed with ``ast``. No process is started.
 
 Each test lists every problem it finds, one per line as ``file:line: item: why``.
 
@@ -55,7 +55,8 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIRS = ("archzoo", "actors", "learners", "replay", "paramserver", "benchmarks", "tests")
+SOURCE_DIRS = ("archzoo", "actors", "learners", "replay", "paramserver", "benchmarks", "tests",
+               "examples")
 REPO_DIRS = (*SOURCE_DIRS, "launch", "docs")
 SOURCE_SUFFIXES = (".py", ".md", ".sh", ".sbatch", ".toml")
 COMMANDS = {"archzoo", "python", "python3", "torchrun", "mpiexec", "mpirun", "srun", "sbatch",
@@ -338,16 +339,30 @@ def _merge(*many: Flags) -> Flags:
     return out
 
 
+def example_architectures() -> list[str]:
+    """``examples.MODULE:NAME`` of every ``NAME = Architecture(...)`` in examples/: the
+    architectures the tutorial runs with ``archzoo run examples.MODULE:NAME``."""
+    found = []
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and ast.unparse(node.value.func).split(".")[-1] == "Architecture"):
+                found += [f"examples.{path.stem}:{t.id}" for t in node.targets
+                          if isinstance(t, ast.Name)]
+    return found
+
+
 @cache
 def parsers() -> dict[str, Flags]:
-    """Flags per command: "run ARCH", "run" (any architecture), "eval", "study", "bench comm",
-    "plot", "benchmarks/NAME.py", and "any" (all of them)."""
+    """Flags per command: "run ARCH" (the built-in architectures and the examples'), "run"
+    (any architecture), "eval", "study", "bench comm", "plot", "benchmarks/NAME.py", and
+    "any" (all of them)."""
     from archzoo import benchcomm, plot, study
     from archzoo.architectures import ARCHITECTURES
     from archzoo.cli import build_parser
 
     out: dict[str, Flags] = {}
-    for arch in ARCHITECTURES:
+    for arch in [*ARCHITECTURES, *example_architectures()]:
         sub = next(a for a in build_parser(arch)._actions
                    if isinstance(a, argparse._SubParsersAction))
         out[f"run {arch}"] = _parser_flags(sub.choices["run"])

@@ -27,9 +27,10 @@ from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
-from archzoo.runlog import Timers
+from archzoo.runlog import Monitor, RunDir, Timers
 from archzoo.topology.broadcast import STOP_VERSION, ParamsBroadcast, ParamsSubscriber
 from archzoo.topology.star import params_schema
+from learners.vtrace_learner import VTraceLearner
 
 STREAMS = "unrolls actor->learner point-to-point"
 
@@ -73,83 +74,145 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                                  meta)
 
 
-def _schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
+def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
     """The unroll and parameter messages, and their digests for the start-up check."""
     u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
     p_schema = params_schema(num_params(model))
     return u_schema, p_schema, {"unroll": u_schema.digest(), "params": p_schema.digest()}
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
-    cfg, t = ctx.cfg, ctx.transport
-    actors = list(range(1, ctx.world_size))
-    timers = Timers()
-    learner = builders.vtrace_learner(cfg, spec)
-    u_schema, p_schema, digests = _schemas(cfg, spec, learner.model)
-    control = ControlChannel(t, actors, harness.TAG_CONTROL)
-    inbox = Inbox(t, u_schema, actors, harness.TAG_UNROLL, depth=1, what="unroll")
-    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, actors, harness.TAG_PARAMS,
-                                harness.TAG_TOPOLOGY)
-    harness.handshake_root(control, actors, digests,
-                           cfg.startup_timeout)
-    meta = builders.policy_meta(cfg, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"learner": learner}, policy=(learner.model, meta))
-    get_flat(learner.model, publisher.latest["params"])
-    publisher.publish(version=learner.version)  # the initial (or resumed) parameters
-    max_batch = cfg.batch_unrolls or len(actors)
-    stop = None
-    while stop is None:
-        if cfg.mode == "sync":  # one unroll from every actor, in rank order: reproducible
-            batch = [(a, inbox.recv_from(a, on_poll=publisher.pump)) for a in actors]
+class LearnerLink:
+    """The learner's end of IMPALA's wire, for any learner loop over unrolls (IMPALA's
+    :func:`run_learner`, or a new architecture's; docs/tutorial.md).
+
+    It holds the control channel to the actors, an :class:`Inbox` of their unrolls and the
+    parameter broadcast. Construction does the start-up handshake; :meth:`next_batch`
+    receives the unrolls of the next update, :meth:`release` hands their buffers back to
+    the inbox, :meth:`send_params` sends the learner's parameters (or STOP), and
+    :meth:`finish` runs the stop-and-drain protocol and writes the run's summary.
+    """
+
+    def __init__(self, ctx: RankContext, spec: EnvSpec, model: ActorCritic) -> None:
+        cfg, t = ctx.cfg, ctx.transport
+        self.ctx, self.cfg, self.spec = ctx, cfg, spec
+        self.actors = list(range(1, ctx.world_size))
+        self.timers = Timers()
+        self.unroll_schema, p_schema, digests = schemas(cfg, spec, model)
+        self.control = ControlChannel(t, self.actors, harness.TAG_CONTROL)
+        self.inbox = Inbox(t, self.unroll_schema, self.actors, harness.TAG_UNROLL, depth=1,
+                           what="unroll")
+        self.publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, self.actors,
+                                         harness.TAG_PARAMS, harness.TAG_TOPOLOGY)
+        harness.handshake_root(self.control, self.actors, digests, cfg.startup_timeout)
+        self.peers: list[int] = []  # whose unrolls the last batch holds
+        # async: an actor that dies is dropped from all three; sync cannot go on without it
+        self.survivors = harness.Survivors(ctx.rank, self.actors if cfg.mode == "async"
+                                           else [], cfg.min_actors)
+        for component in (self.control, self.inbox, self.publisher):
+            self.survivors.on_drop(component.drop)
+
+    def open_run(self, learner: VTraceLearner, parts: dict[str, Any] | None = None
+                 ) -> tuple[RunDir, Monitor]:
+        """The run directory and Monitor, checkpointing the learner (and ``parts``); with
+        ``--resume`` the learner goes on from the latest checkpoint."""
+        meta = builders.policy_meta(self.cfg, self.spec)
+        run_dir, mon = harness.open_run(self.ctx, parts={"learner": learner, **(parts or {})},
+                                        policy=(learner.model, meta))
+        self.survivors.elapsed = mon.elapsed
+        return run_dir, mon
+
+    def next_batch(self) -> list[Message]:
+        """The unrolls of the next update: one from every actor in rank order (sync,
+        reproducible with ``--seed``), or what has arrived, at most ``--batch-unrolls``
+        (async). They are views into the inbox's buffers, valid until :meth:`release`."""
+        inbox, pump = self.inbox, self.publisher.pump
+        if self.cfg.mode == "sync":
+            batch = [(a, inbox.recv_from(a, on_poll=pump)) for a in self.actors]
         else:
-            peer, msg = inbox.recv_any(on_poll=publisher.pump)
+            got = None
+            while got is None:  # until an unroll arrives from an actor that is alive
+                got = self.survivors.guard(lambda: inbox.recv_any(on_poll=pump),
+                                           "receiving unrolls")
+            peer, msg = got
             batch = [(peer, msg)]
             for p in inbox.ready():
-                if len(batch) >= max_batch:
+                if len(batch) >= (self.cfg.batch_unrolls or len(self.actors)):
                     break
                 if p != peer:
                     batch.append((p, inbox.poll(p)))
-        for _, msg in batch:
-            harness.account_unroll(mon, msg, learner.version)
-        learner.update([m for _, m in batch])
-        with timers("comm"):
-            for p, _ in batch:
+        self.peers = [p for p, _ in batch]
+        return [m for _, m in batch]
+
+    def release(self) -> None:
+        """Repost the buffers of the last batch: its messages are overwritten from now on."""
+        with self.timers("comm"):
+            for p in self.peers:
+                self.inbox.release(p)
+
+    def send_params(self, learner: VTraceLearner, stop: str | None = None) -> None:
+        """The learner's parameters to every actor as version ``learner.version`` (sync: and
+        wait until each has them); once ``stop`` is set, STOP instead."""
+        if stop is not None:
+            self.publisher.publish_stop()  # sync actors blocked in a collective stop
+            return
+        with self.timers("comm"):
+            get_flat(learner.model, self.publisher.latest["params"])
+            self.survivors.guard(lambda: self.publisher.publish(version=learner.version),
+                                 "sending parameters")
+            if self.cfg.mode == "sync":
+                self.publisher.wait_all()  # every actor waits for exactly this version
+
+    def finish(self, run_dir: RunDir, mon: Monitor, stop: str, learner: VTraceLearner,
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Stop and drain (unrolls in flight are received and dropped), then the last
+        metrics row, summary.json (plus ``extra``) and policy.pt; returns the summary."""
+        inbox, publisher, t = self.inbox, self.publisher, self.ctx.transport
+
+        def drain() -> None:
+            for p in inbox.ready():
                 inbox.release(p)
+            publisher.pump()
+
+        byes = harness.finish_root(self.ctx, self.control, self.actors, drain,
+                                   outstanding=lambda: publisher.wait_all(on_poll=drain),
+                                   survivors=self.survivors)
+        timers = {"learner": {"update": learner.update_s,
+                              "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s}}
+        extra = {"topology_rounds": publisher.rounds(),
+                 "params_messages_root": publisher.messages(), **self.survivors.summary(),
+                 **(extra or {})}
+        return harness.finish_run(self.ctx, run_dir, mon, stop, policy=learner.model,
+                                  meta=builders.policy_meta(self.cfg, self.spec),
+                                  updates=learner.version, device=learner.device,
+                                  applied=topology_applied(self.cfg), timers=timers,
+                                  byes=byes, extra=extra)
+
+
+def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """Rank 0: take the actors' unrolls, one V-trace update on them, send the parameters."""
+    learner = builders.vtrace_learner(ctx.cfg, spec)
+    link = LearnerLink(ctx, spec, learner.model)
+    run_dir, mon = link.open_run(learner)
+    link.send_params(learner)  # version 0 (or the resumed one): where every actor starts
+    stop = None
+    while stop is None:
+        batch = link.next_batch()
+        for msg in batch:
+            harness.account_unroll(mon, msg, learner.version)
+        learner.update(batch)
+        link.release()
         mon.updates = learner.version
         stop = mon.check_stop()
-        if stop is None:
-            with timers("comm"):
-                get_flat(learner.model, publisher.latest["params"])
-                publisher.publish(version=learner.version)
-                if cfg.mode == "sync":
-                    publisher.wait_all()  # every actor waits for exactly this version
-        else:
-            publisher.publish_stop()  # sync actors blocked in a collective stop
-        c = t.counters.totals()
-        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-
-    def drain() -> None:
-        for p in inbox.ready():
-            inbox.release(p)  # unrolls in flight after STOP are received and dropped
-        publisher.pump()
-
-    byes = harness.finish_root(ctx, control, actors, drain,
-                               outstanding=lambda: publisher.wait_all(on_poll=drain))
-    timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
-                            "wait": t.wait_s}}
-    extra = {"topology_rounds": publisher.rounds(),
-             "params_messages_root": publisher.messages()}
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                              meta=meta, updates=learner.version,
-                              device=learner.device, applied=topology_applied(cfg), timers=timers_0,
-                              byes=byes, extra=extra)
+        link.send_params(learner, stop)
+        mon.maybe_log(*harness.byte_totals(ctx.transport))
+    return link.finish(run_dir, mon, stop, learner)
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     cfg, t = ctx.cfg, ctx.transport
     root = 0
     model = builders.actor_critic(cfg, spec)  # its weights come from rank 0
-    u_schema, p_schema, digests = _schemas(cfg, spec, model)
+    u_schema, p_schema, digests = schemas(cfg, spec, model)
     control = ControlChannel(t, [root], harness.TAG_CONTROL)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,
                         harness.actor_seed(cfg.seed, ctx.rank))
