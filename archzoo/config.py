@@ -378,6 +378,8 @@ class GorilaConfig(ApexConfig):
         r.need(self.device != "cuda" or self.actors == 0, "--device cuda: gorila's learner "
                "ranks compute on the CPU (only --actors 0 uses --device); use --device cpu "
                "or auto")
+        r.need(self.resume is None or self.ps_shards == 1, "--resume: a parameter server "
+               "split over --ps-shards > 1 writes no checkpoints yet (use --ps-shards 1)")
         super().check(r)
 
 
@@ -412,6 +414,8 @@ class A3CConfig(A2CRunConfig):
         r.need(self.ps_drop < workers, f"--ps-drop {self.ps_drop} must be < the number of "
                f"actor-learners W = {workers} (a round waits for W - D of them)")
         r.positive(self, "rms_eps")
+        r.need(self.resume is None or self.ps_shards == 1, "--resume: a parameter server "
+               "split over --ps-shards > 1 writes no checkpoints yet (use --ps-shards 1)")
         super().check(r)
 
 
@@ -435,6 +439,8 @@ class GalaConfig(A2CRunConfig):
         r.need(self.mode == "async", "gala has no --mode sync: its agents step on their own "
                "between gossip rounds")
         r.at_least(self, "gossip_every", 1)
+        r.need(self.resume is None, "--resume: gala writes no checkpoints yet (each agent "
+               "holds its own model)")
         super().check(r)
 
 

@@ -69,6 +69,23 @@ class _Elementwise:
     def _init_state(self, n: int) -> None:
         raise NotImplementedError
 
+    STATE: tuple[str, ...] = ()  # the names of the per-parameter state arrays
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step count and state arrays (as tensors), for a checkpoint."""
+        import torch
+
+        return {"steps": self.steps, "size": self.size,
+                **{k: torch.from_numpy(getattr(self, k).copy()) for k in self.STATE}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps, size = int(state["steps"]), state["size"]
+        if size is not None:
+            self.size = int(size)
+            self._init_state(self.size)
+            for k in self.STATE:
+                getattr(self, k)[:] = state[k].numpy()
+
 
 class SharedRMSProp(_Elementwise):
     """A3C's shared RMSProp (Mnih et al. 2016, §S3), elementwise on a float32 slice::
@@ -81,6 +98,8 @@ class SharedRMSProp(_Elementwise):
         tmp = Δθ·Δθ;  tmp = tmp·(1−α);  g = g·α;  g = g + tmp
         den = √(g + ε);  num = Δθ·η;  num = num / den;  θ = θ − num
     """
+
+    STATE = ("square_avg",)
 
     def __init__(self, lr: float, alpha: float = 0.99, eps: float = 0.1) -> None:
         super().__init__()
@@ -124,6 +143,8 @@ class Adam(_Elementwise):
         num = m / c₁;  num = num·η;  den = v / c₂;  den = √den;  den = den + ε
         num = num / den;  θ = θ − num
     """
+
+    STATE = ("exp_avg", "exp_avg_sq")
 
     def __init__(self, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:

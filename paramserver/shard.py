@@ -191,6 +191,21 @@ class ShardState:
     def size(self) -> int:
         return self.params.size
 
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters, version and optimizer state: what a checkpoint keeps of the shard."""
+        import torch
+
+        return {"params": torch.from_numpy(self.params.copy()), "version": self.version,
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["params"].numel() != self.params.size:
+            raise ValueError(f"a checkpoint of {state['params'].numel()} parameters for a "
+                             f"shard of {self.params.size}")
+        self.params[:] = state["params"].numpy()
+        self.stats.version = int(state["version"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
     def active(self) -> list[int]:
         """Workers neither departed nor dead, in rank order."""
         return [w for w in self.workers if w not in self.dead and w not in self.departed]
@@ -333,6 +348,12 @@ class ParamShard:
         self.failures: dict[int, str] = {}  # dead worker -> the error that showed it
 
     # -- views -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self.state.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.state.load_state_dict(state)
+
     @property
     def params(self) -> np.ndarray:
         return self.state.params

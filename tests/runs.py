@@ -100,3 +100,22 @@ def solve_counts(total_msgs: int, total_bytes: int, known: dict[int, int],
     x, rem = divmod(b - m * sy, sx - sy)
     assert rem == 0 and 0 <= x <= m, f"no whole solution: {total_msgs} msgs, {total_bytes} B"
     return x, m - x
+
+
+def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
+    """The pid of rank ``rank`` of the embedded run writing ``run_dir`` (found by its
+    command line, which names the run directory, and its environment's RANK)."""
+    import time
+
+    end = time.time() + deadline_s
+    while time.time() < end:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} of {run_dir} within {deadline_s}s")

@@ -18,7 +18,7 @@ import torch
 from archzoo import checkpoint
 from archzoo.runlog import Monitor
 from tests.mp import describe, run_mpi
-from tests.runs import ARCHZOO, clean_env, cli
+from tests.runs import ARCHZOO, clean_env, cli, rank_pid
 
 FAST = ["--envs-per-actor", "4", "--log-interval", "0.3", "--checkpoint-interval", "0.5",
         "--quiet", "--seed", "1"]
@@ -100,6 +100,27 @@ def test_a_learner_restored_from_its_state_takes_the_same_next_step() -> None:
         assert torch.equal(x, y), k
 
 
+@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+def test_a_parameter_shard_restored_from_its_state_takes_the_same_next_step(
+        tmp_path: Path, name: str) -> None:
+    from paramserver import make_optimizer
+    from paramserver.shard import ShardState
+
+    rng = np.random.default_rng(0)
+    grads = rng.normal(size=(3, 50)).astype(np.float32)
+    a = ShardState(rng.normal(size=50).astype(np.float32), make_optimizer(name, 0.01), [1])
+    for g in grads[:2]:
+        a.push(1, a.version, g)
+    checkpoint.save(tmp_path, {"ps": a.state_dict()}, 0, keep=1)
+    saved = checkpoint.load(checkpoint.latest(tmp_path))["ps"]
+    b = ShardState(np.zeros(50, np.float32), make_optimizer(name, 0.01), [1])
+    b.load_state_dict(saved)
+    assert b.version == a.version == 2
+    a.push(1, a.version, grads[2])
+    b.push(1, b.version, grads[2])
+    assert np.array_equal(a.params, b.params)
+
+
 # -- runs ---------------------------------------------------------------------------------
 
 def _summary(d: Path) -> dict:
@@ -111,7 +132,7 @@ def _metrics(d: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("arch,actors", [("impala", "2"), ("seed", "0"), ("apex", "0"),
-                                         ("ga3c", "0")])
+                                         ("ga3c", "0"), ("a3c", "2"), ("gorila", "1")])
 def test_resume_goes_on_from_the_last_checkpoint(tmp_path: Path, arch: str, actors: str) -> None:
     d = tmp_path / "run"
     r = cli("run", arch, "--actors", actors, "--total-steps", "15000", "--run-dir", str(d),
@@ -150,22 +171,6 @@ def test_resume_refuses_bad_input(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no checkpoint" in r.stderr, r.stderr
 
 
-def _rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
-    """The pid of the embedded run's rank ``rank`` (its environment says RANK)."""
-    end = time.time() + deadline_s
-    while time.time() < end:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
-                return int(pid)
-        time.sleep(0.2)
-    raise AssertionError(f"no rank {rank} of {run_dir}")
-
-
 def test_a_killed_actor_leaves_a_run_to_resume(tmp_path: Path) -> None:
     """Sync IMPALA cannot go on without an actor: the run fails naming the rank, but rank 0
     keeps a checkpoint, policy.pt and summary.json, and --resume continues it."""
@@ -175,7 +180,7 @@ def test_a_killed_actor_leaves_a_run_to_resume(tmp_path: Path) -> None:
                              *FAST], env=clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        victim = _rank_pid(d, 2)
+        victim = rank_pid(d, 2)
         end = time.time() + 60
         while not checkpoint.list_checkpoints(d) and time.time() < end:
             time.sleep(0.2)

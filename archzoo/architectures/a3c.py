@@ -53,12 +53,14 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """One actor-learner; the parameter server's update rule runs in-process."""
     cfg = ctx.cfg
-    run_dir, mon = harness.open_run(ctx)
     model = builders.actor_critic(cfg, spec)
     flat = np.zeros(num_params(model), np.float32)
     get_flat(model, flat)
     state = ShardState(flat, builders.ps_optimizer(cfg), [0], mode=cfg.mode,
                        staleness=cfg.staleness)
+    meta = builders.policy_meta(cfg, spec)
+    run_dir, mon = harness.open_run(ctx, parts={"ps": state}, policy=(model, meta))
+    set_flat(model, state.params)  # a resumed run acts with the checkpoint's parameters
     actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
                          harness.actor_seed(cfg.seed, 0))
     a2c = builders.a2c_loss_config(cfg)
@@ -76,9 +78,9 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         stop = mon.check_stop()
     actor.close()
     timers = {"actor0": {"env": actor.env_s, "inference": actor.inference_s}}
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=model,
-                              meta=builders.policy_meta(cfg, spec), updates=state.version,
-                              timers=timers, extra={"ps": state.stats.as_dict()})
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=model, meta=meta,
+                              updates=state.version, timers=timers,
+                              extra={"ps": state.stats.as_dict()})
 
 
 def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
@@ -91,7 +93,8 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
     shard = ParamShard(t, flat[lo:hi], workers, builders.ps_optimizer(cfg), PS_TAGS,
                        mode=cfg.mode, drop=cfg.ps_drop, staleness=cfg.staleness)
     digests = {s.name: s.digest() for s in ps_schemas(len(flat))}
-    end = run_shards(ctx, shard, digests, len(flat), shards, actors=workers)
+    meta = builders.policy_meta(cfg, spec)
+    end = run_shards(ctx, shard, digests, model, meta, shards, actors=workers)
     if end is None:
         return None
     set_flat(model, end.final["params"])
@@ -101,7 +104,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
                  "async: apply each gradient as it arrives" if cfg.mode == "async"
                  else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")}
     return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
-                              meta=builders.policy_meta(cfg, spec), updates=shard.version,
+                              meta=meta, updates=shard.version,
                               topology="star", applied=APPLIED, byes=end.byes,
                               role=lambda r: "worker" if r in workers else "shard", extra=extra)
 

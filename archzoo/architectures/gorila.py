@@ -91,7 +91,8 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
     shard = ParamShard(t, flat[lo:hi], learners + actors, make_optimizer("adam", cfg.lr),
                        PS_TAGS, mode="async", staleness=cfg.staleness)
-    end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), len(flat), shards,
+    end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), model,
+                     builders.policy_meta(cfg, spec), shards,
                      actors=actors, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
     if end is None:
         return None

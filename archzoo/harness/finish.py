@@ -64,8 +64,9 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
     """The run directory (config.json, metrics.csv) and the Monitor of the deciding rank.
 
     ``parts``: what a checkpoint keeps besides the Monitor (with ``--resume`` they are
-    loaded from the latest checkpoint here); ``policy``: the model and the metadata that
-    :func:`abandon_run` saves as policy.pt if the run fails."""
+    loaded from the latest checkpoint here); ``policy``: the model (or a function that
+    returns it up to date) and the metadata that :func:`abandon_run` saves as policy.pt
+    if the run fails."""
     cfg = ctx.cfg
     run_dir = RunDir(cfg.run_dir, cfg.as_dict(), resume=cfg.resume is not None)
     backend = ctx.transport.backend if ctx.transport else "-"
@@ -149,7 +150,9 @@ def abandon_run(reason: str) -> bool:
                           cfg.device, mon.updates, {}, _checkpoint_summary(mon))
     run.run_dir.write_summary(summary)
     if run.policy is not None:
-        run.run_dir.save_policy(*run.policy)
+        model, meta = run.policy
+        run.run_dir.save_policy(model() if callable(model) and not hasattr(model, "state_dict")
+                                else model, meta)
     run.run_dir.close()
     return True
 
@@ -205,6 +208,7 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
     "none" and the run is "single process, no transport".
     """
     t = ctx.transport
+    mon.updates = updates  # updates applied while draining count (a server's stragglers)
     mon.maybe_log(*byte_totals(t), force=True)
     mon.close()
     if mon.checkpointer is not None:

@@ -25,6 +25,7 @@ from archzoo.harness.protocol import (
 )
 from archzoo.harness.stats import serve_and_monitor
 from archzoo.harness.survivors import Survivors
+from archzoo.nets import num_params, set_flat
 from archzoo.runlog import Monitor, RunDir
 from archzoo.topology.star import params_schema
 from paramserver import ParamShard, shard_bounds
@@ -44,12 +45,16 @@ class ShardRun:
     survivors: Survivors
 
 
-def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], n_params: int,
-               shards: list[int], actors: list[int],
+def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], model: Any,
+               meta: dict[str, Any], shards: list[int], actors: list[int],
                eval_window: int | None = None) -> ShardRun | None:
     """Serve this rank's slice until the stop; on shard 0 return the run's outcome.
 
-    ``actors``: the workers whose death an asynchronous run survives."""
+    ``model`` (with ``meta``) is the network the parameters belong to; ``actors`` the
+    workers whose death an asynchronous run survives. With one shard, shard 0 holds the
+    whole model: it checkpoints it (``--resume`` goes on from there) and a failed run
+    keeps it as policy.pt."""
+    n_params = num_params(model)
     cfg, t = ctx.cfg, ctx.transport
     bounds = shard_bounds(n_params, len(shards))
     if ctx.rank != 0:
@@ -74,7 +79,14 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], n_p
     reqs = {r: t.irecv(m.buffer, r, TAG_FINAL_PARAMS, "final parameters")
             for r, m in slices.items()}
     handshake_root(control, leaves, digests, cfg.startup_timeout)
-    run_dir, mon = open_run(ctx, eval_window)
+    whole = len(shards) == 1
+
+    def policy() -> Any:  # the server's parameters in the model
+        set_flat(model, shard.params)
+        return model
+
+    run_dir, mon = open_run(ctx, eval_window, parts={"ps": shard} if whole else None,
+                            policy=(policy, meta) if whole else None)
     survivors = Survivors(0, actors if cfg.mode == "async" else [], cfg.min_actors,
                           mon.elapsed)
     survivors.on_drop(control.drop)

@@ -1,0 +1,114 @@
+"""Ranks that die: an asynchronous run goes on without a dead actor; too few actors, a dead
+learner or a dead parameter server end the run with the rank named, nothing left running,
+and what was learnt kept (summary.json, policy.pt, a checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from archzoo import checkpoint
+from tests.runs import ARCHZOO, clean_env, rank_pid
+
+COMMON = ["--envs-per-actor", "4", "--log-interval", "0.3", "--quiet", "--seed", "1",
+          "--comm-timeout", "10", "--checkpoint-interval", "1"]
+
+
+def run_and_kill(d: Path, args: list[str], rank: int, deadline_s: float = 90
+                 ) -> tuple[subprocess.CompletedProcess, float]:
+    """Start ``archzoo run ARGS`` embedded, SIGKILL ``rank`` once the run is learning (a
+    metrics row is written), wait for the end; returns the result and the seconds from the
+    kill to the end."""
+    proc = subprocess.Popen([*ARCHZOO, "run", *args, "--run-dir", str(d), *COMMON],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        victim = rank_pid(d, rank)
+        end = time.time() + 60
+        while time.time() < end and len((d / "metrics.csv").read_text().splitlines()
+                                        if (d / "metrics.csv").is_file() else []) < 2:
+            time.sleep(0.1)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.time()
+        out, err = proc.communicate(timeout=deadline_s)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), time.time() - killed
+
+
+def no_process_left(d: Path) -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if str(d).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return False
+        except OSError:
+            continue
+    return True
+
+
+def summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+# (architecture and flags, the rank of an actor to kill)
+ASYNC = {
+    "impala": (["impala", "--actors", "3"], 2),
+    "seed": (["seed", "--actors", "3"], 2),
+    "apex": (["apex", "--actors", "3", "--replay-shards", "1"], 3),
+    "a3c": (["a3c", "--actors", "3", "--ps-shards", "2"], 3),
+    "gorila": (["gorila", "--actors", "2"], 4),
+}
+
+
+@pytest.mark.parametrize("arch", list(ASYNC))
+def test_an_async_run_goes_on_without_a_dead_actor(tmp_path: Path, arch: str) -> None:
+    args, victim = ASYNC[arch]
+    d = tmp_path / "run"
+    r, _ = run_and_kill(d, [*args, "--time-limit", "8", "--total-steps", "100000000"], victim)
+    assert r.returncode == 0, r.stderr
+    assert f"actor rank {victim} is gone" in r.stderr
+    s = summary(d)
+    assert s["stop_reason"] in ("time", "target"), s["stop_reason"]
+    assert list(s["dead_actors"]) == [str(victim)] and s["live_actors"] == 2 - (arch == "gorila")
+    assert s["dead_actors"][str(victim)]["time_s"] > 0
+    assert no_process_left(d)
+
+
+def test_too_few_actors_end_the_run_and_keep_what_was_learnt(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    r, after = run_and_kill(d, ["impala", "--actors", "2", "--min-actors", "2",
+                                "--time-limit", "60"], 2)
+    assert r.returncode == 1 and "1 actors left (--min-actors 2)" in r.stderr, r.stderr
+    s = summary(d)
+    assert s["stop_reason"].startswith("error:") and "min-actors" in s["stop_reason"]
+    assert (d / "policy.pt").is_file() and checkpoint.latest(d) is not None
+    assert after < 10 + 15 and no_process_left(d)  # --comm-timeout + the launcher's grace
+
+
+@pytest.mark.parametrize("arch,args,victim", [
+    ("impala", ["impala", "--actors", "2"], 0),           # the learner
+    ("apex", ["apex", "--actors", "2", "--replay-shards", "1"], 1),  # a replay shard
+    ("a3c", ["a3c", "--actors", "2", "--ps-shards", "2"], 1),        # a parameter-server shard
+    ("gorila", ["gorila", "--actors", "2"], 1),                     # the replay memory
+    ("seed-sync", ["seed", "--actors", "2", "--mode", "sync"], 2),    # an actor in lockstep
+])
+def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
+                                                       args: list[str], victim: int) -> None:
+    d = tmp_path / "run"
+    r, after = run_and_kill(d, [*args, "--time-limit", "60"], victim)
+    assert r.returncode != 0
+    assert after < 10 + 15 + 5, after  # --comm-timeout + the launcher's grace + exit
+    assert no_process_left(d)
+    if victim != 0:  # rank 0 survived: it names the dead rank and keeps what it has
+        assert f"rank {victim}" in r.stderr, r.stderr
+        s = summary(d)
+        assert s["stop_reason"].startswith("error:")
+        # a3c's shard 0 holds half the parameters (--ps-shards 2): no policy to keep
+        assert (d / "policy.pt").is_file() == (arch != "a3c")
+        assert (checkpoint.latest(d) is not None) == (arch != "a3c")
