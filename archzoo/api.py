@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from archzoo.config import RunConfig, flag_fields, flag_name
-from archzoo.errors import RunFailed, UsageError
+from archzoo.errors import EXIT_USAGE, RunFailed, UsageError
 
 __all__ = ["Policy", "config_argv", "launch", "load_policy", "run"]
 
@@ -77,7 +79,6 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
     processes, or this process as the only rank (``in_process``: the command line's way
     for a one-process run and under a launcher). Returns the run's exit code and the
     resolved config (backend, actors, run directory filled in)."""
-    from archzoo import launcher
     from archzoo.cli import T_START, _forward_argv, validate_run
 
     arch, where, resolved, world = validate_run(cfg, given)
@@ -89,12 +90,42 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
 
         return run_rank(arch, resolved, where, T_START), resolved
     child = _forward_argv(config_argv(cfg, given), resolved)
+    code = _start(child, world, resolved.backend)
+    for attempt in range(1, resolved.max_restarts + 1):
+        if code in (0, EXIT_USAGE, 130):
+            break
+        from archzoo.checkpoint import latest
+
+        if latest(resolved.run_dir) is None:
+            print(f"archzoo: the run failed (exit code {code}) before its first checkpoint: "
+                  "nothing to restart from", file=sys.stderr, flush=True)
+            break
+        wait = min(30.0, 2.0 ** (attempt - 1))
+        print(f"archzoo: the run failed (exit code {code}); restart {attempt} of "
+              f"{resolved.max_restarts} in {wait:.0f}s from its latest checkpoint",
+              file=sys.stderr, flush=True)
+        time.sleep(wait)
+        code = _start(restart_argv(cfg, given, resolved.run_dir), world, resolved.backend)
+    return code, resolved
+
+
+def _start(child: list[str], world: int, backend: str) -> int:
+    """The ranks of one launch as child processes; their exit code."""
+    from archzoo import launcher
+
     if world == 1:
-        return subprocess.run(launcher.child_argv(child), env=launcher.child_env()).returncode, \
-            resolved
-    if resolved.backend == "mpi":
-        return launcher.run_mpiexec(child, world), resolved
-    return launcher.run_gloo(child, world), resolved
+        return subprocess.run(launcher.child_argv(child), env=launcher.child_env()).returncode
+    if backend == "mpi":
+        return launcher.run_mpiexec(child, world)
+    return launcher.run_gloo(child, world)
+
+
+def restart_argv(cfg: RunConfig, given: set[str], run_dir: str) -> list[str]:
+    """The command line that resumes ``run_dir`` with the flags a resume may set anew."""
+    from archzoo.cli import RESUME_MAY_CHANGE
+
+    keep = {k for k in given if k in RESUME_MAY_CHANGE} - {"resume", "run_dir"}
+    return [*config_argv(cfg, keep), "--resume", str(run_dir)]
 
 
 def run(arch: str, **flags: Any) -> dict[str, Any]:

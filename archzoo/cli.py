@@ -136,7 +136,7 @@ def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
 RESUME_MAY_CHANGE = frozenset({
     "total_steps", "time_limit", "target_return", "log_interval", "quiet", "tensorboard",
     "comm_timeout", "startup_timeout", "checkpoint_interval", "keep_checkpoints", "threads",
-    "device", "backend", "actors", "resume", "run_dir"})
+    "device", "backend", "actors", "resume", "run_dir", "max_restarts", "min_actors"})
 
 
 def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],
@@ -201,6 +201,14 @@ def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
     except KeyError as e:
         raise UsageError(e.args[0]) from None
     given = set(vars(args)) - {"command", "arch"}
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    run_dir = getattr(args, "run_dir", None)
+    if resume is None and restarted and run_dir is not None:
+        from archzoo.checkpoint import latest
+
+        if latest(run_dir) is not None:  # torchrun restarted the group: go on from there
+            resume = run_dir
+            given = {k for k in given if k in RESUME_MAY_CHANGE}
     if resume is not None:
         arch, values = resumed_values(resume, args.arch, {k: getattr(args, k) for k in given},
                                       cls)

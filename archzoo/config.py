@@ -105,6 +105,10 @@ class RunConfig:
                                      group="reliability")
     keep_checkpoints: int = opt(3, "how many of the latest checkpoints to keep",
                                 group="reliability")
+    max_restarts: int = opt(0, "embedded and archzoo.run launches: restart a failed run "
+                            "from its latest checkpoint up to this many times (with "
+                            "backoff); under torchrun use its own --max-restarts",
+                            group="reliability")
     min_actors: int = opt(1, "asynchronous modes: carry on while this many actors are alive "
                           "(an actor that dies is dropped and counted in summary.json)",
                           group="reliability")
@@ -140,6 +144,7 @@ class RunConfig:
             r.positive(self, name)
         r.at_least(self, "keep_checkpoints", 1)
         r.at_least(self, "min_actors", 1)
+        r.at_least(self, "max_restarts", 0)
         if self.actors is not None:
             r.at_least(self, "actors", 0)
 

@@ -112,3 +112,61 @@ def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
         # a3c's shard 0 holds half the parameters (--ps-shards 2): no policy to keep
         assert (d / "policy.pt").is_file() == (arch != "a3c")
         assert (checkpoint.latest(d) is not None) == (arch != "a3c")
+
+
+# -- restarts -------------------------------------------------------------------------------
+
+def _wait_for_checkpoint(d: Path, deadline_s: float = 60) -> None:
+    end = time.time() + deadline_s
+    while checkpoint.latest(d) is None and time.time() < end:
+        time.sleep(0.1)
+    assert checkpoint.latest(d) is not None, "no checkpoint was written"
+
+
+def test_an_embedded_run_restarts_from_its_checkpoint(tmp_path: Path) -> None:
+    """--max-restarts: the learner is killed; the launcher restarts the run from the
+    latest checkpoint, and the run ends as if it had not been interrupted."""
+    d = tmp_path / "run"
+    proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--actors", "2", "--max-restarts", "1",
+                             "--total-steps", "150000", "--time-limit", "120",
+                             "--run-dir", str(d), *COMMON],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        victim = rank_pid(d, 0)
+        _wait_for_checkpoint(d)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "restart 1 of 1" in err
+    s = summary(d)
+    assert s["checkpoints"]["resumed_from"] is not None and s["env_steps"] >= 150000
+    assert no_process_left(d)
+
+
+def test_torchrun_restarts_resume_from_the_checkpoint(tmp_path: Path) -> None:
+    """torchrun --max-restarts restarts the worker group; every rank finds the run's
+    checkpoint and goes on from it."""
+    import shutil
+    import sys
+
+    d = tmp_path / "run"
+    exe = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    proc = subprocess.Popen([exe, "--standalone", "--nproc_per_node", "3", "--max-restarts", "1",
+                             "-m", "archzoo", "run", "impala", "--total-steps", "150000",
+                             "--time-limit", "120", "--run-dir", str(d), *COMMON],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        victim = rank_pid(d, 1)  # an actor: torchrun restarts the whole group
+        _wait_for_checkpoint(d)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    s = summary(d)
+    assert s["launcher"] == "torchrun" and s["checkpoints"]["resumed_from"] is not None
+    assert s["env_steps"] >= 150000

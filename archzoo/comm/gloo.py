@@ -14,6 +14,7 @@ Gloo cannot withdraw a posted receive, so a finished rank leaves with
 from __future__ import annotations
 
 import datetime
+import os
 import queue
 import threading
 
@@ -95,6 +96,10 @@ class GlooTransport(Transport):
             timeout=datetime.timedelta(seconds=startup_timeout_s),
             wait_for_workers=False,
         )
+        # torchrun's store outlives a restarted worker group: a generation prefix keeps the
+        # new group from reading the addresses of the dead one
+        generation = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"archzoo/generation-{generation}", store)
         try:
             dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                     timeout=_GROUP_TIMEOUT)
