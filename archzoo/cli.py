@@ -152,11 +152,7 @@ def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],
     if arch is not None and arch != saved.get("arch"):
         raise UsageError(f"--resume {run_dir}: that run is {saved.get('arch')!r}, not {arch!r}")
     arch = saved["arch"]
-    from archzoo.checkpoint import DIRNAME, latest
-
-    if latest(run_dir) is None:
-        raise UsageError(f"--resume {run_dir}: no checkpoint in {DIRNAME}/ (the run ended "
-                         "before its first one, or was not made with checkpoints)")
+    check_checkpoint(run_dir, arch, saved.get("env"))
     try:
         cls = cls or get(arch).config
     except KeyError as e:
@@ -176,6 +172,36 @@ def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],
     values.update(given)
     values.update(run_dir=str(run_dir), resume=str(run_dir))
     return arch, values
+
+
+def check_checkpoint(run_dir: str, arch: str, env: str | None) -> None:
+    """The latest checkpoint of ``run_dir`` can be resumed as ``arch`` on ``env``: read it
+    (a truncated or foreign file is a usage error, before anything is written)."""
+    from archzoo.checkpoint import DIRNAME, CheckpointError, latest, load
+
+    path = latest(run_dir)
+    if path is None:
+        raise UsageError(f"--resume {run_dir}: no checkpoint in {DIRNAME}/ (the run ended "
+                         "before its first one, or was not made with checkpoints)")
+    try:
+        state = load(path)
+    except CheckpointError as e:
+        raise UsageError(f"--resume: {e}") from None
+    for what, want in (("arch", arch), ("env", env)):
+        if state.get(what) not in (None, want):
+            raise UsageError(f"--resume: checkpoint {path} is of {what} {state.get(what)!r}, "
+                             f"the run in {run_dir} is {want!r}")
+
+
+def check_run_dir(cfg: RunConfig) -> None:
+    """A run never writes into another run's directory unless it resumes that run."""
+    d = Path(cfg.run_dir)
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"--run-dir {cfg.run_dir}: exists and is not a directory")
+    if cfg.resume is None and d.is_dir() and any(d.iterdir()):
+        raise UsageError(f"--run-dir {cfg.run_dir} is not empty (another run's files?): "
+                         f"continue that run with --resume {cfg.run_dir}, or choose another "
+                         "--run-dir")
 
 
 def _resume_arg(argv: list[str]) -> str | None:
@@ -299,6 +325,8 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available "
                              "(use --device auto or cpu)")
+    if cfg.run_dir is not None:
+        check_run_dir(cfg)
     if cfg.run_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = f"{dir_name(record.name)}-{cfg.env}-{cfg.backend}-{stamp}"

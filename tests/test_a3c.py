@@ -10,7 +10,6 @@ import pytest
 from archzoo.comm.control import control_schema
 from archzoo.envs import env_spec
 from archzoo.nets import ActorCritic, num_params
-from archzoo.topology.star import params_schema
 from paramserver.shard import push_schema, reply_schema, request_schema, shard_bounds
 from tests.mp import describe, run_mpi
 from tests.runs import RANDOM_RETURN, cli, leaf_counters, load_run, solve_either_seed, torchrun
@@ -18,12 +17,12 @@ from tests.runs import RANDOM_RETURN, cli, leaf_counters, load_run, solve_either
 SMOKE = ["--total-steps", "120000", "--quiet", "--seed", "4", "--log-interval", "0.5"]
 
 
-def worker_pushes(s: dict, cfg: dict, worker: int, first_worker: bool) -> int:
+def worker_pushes(s: dict, cfg: dict, worker: int) -> int:
     """How many gradients ``worker`` pushed (to every shard), from its own transport's
     counters: it received WELCOME, STOP and one reply from each shard to its first pull and
     to every push; it sent HELLO, some stats messages, a pull and a BYE to each shard, a push
-    to each shard per gradient and (the first worker) the final parameters. Both byte totals
-    must agree with the message counts."""
+    to each shard per gradient (the final parameters come from the shards). Both byte
+    totals must agree with the message counts."""
     spec = env_spec(cfg["env"])
     n = num_params(ActorCritic(spec.obs_shape, spec.num_actions, cfg["hidden"]))
     sizes = [hi - lo for lo, hi in shard_bounds(n, cfg["ps_shards"])]
@@ -33,12 +32,10 @@ def worker_pushes(s: dict, cfg: dict, worker: int, first_worker: bool) -> int:
     assert rem == 0, c
     pushes = replies - 1
     assert c["bytes_recv"] == 2 * control + replies * sum(reply_schema(m).nbytes for m in sizes)
-    final = 1 if first_worker else 0
-    stats_msgs = c["msgs_sent"] - 1 - 2 * k - pushes * k - final
+    stats_msgs = c["msgs_sent"] - 1 - 2 * k - pushes * k
     assert stats_msgs >= 0, c
     assert c["bytes_sent"] == ((1 + stats_msgs) * control + 2 * k * request_schema().nbytes
-                               + pushes * sum(push_schema(m).nbytes for m in sizes)
-                               + final * params_schema(n).nbytes), c
+                               + pushes * sum(push_schema(m).nbytes for m in sizes)), c
     return pushes
 
 
@@ -50,7 +47,7 @@ def check(d: Path, backend: str, world: int, shards: int) -> dict:
         cfg = json.loads((d / "config.json").read_text())
         assert s["ps_shards"] == shards and set(s["ps"]) == {str(r) for r in range(shards)}
         workers = range(shards, world)
-        pushes = [worker_pushes(s, cfg, w, w == shards) for w in workers]
+        pushes = [worker_pushes(s, cfg, w) for w in workers]
         # every gradient a worker pushed reached every shard and was counted there once
         for st in s["ps"].values():
             assert st["pushed"] == sum(pushes), (pushes, st)

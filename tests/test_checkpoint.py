@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import random
@@ -165,6 +166,25 @@ def test_resume_refuses_bad_input(tmp_path: Path) -> None:
                         (["apex", "--resume", str(d)], "that run is 'impala'")]:
         r = cli("run", *args)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+    r = cli("run", "impala", "--run-dir", str(d))  # never into another run's directory
+    assert r.returncode == 2 and "is not empty" in r.stderr and f"--resume {d}" in r.stderr
+    (tmp_path / "file").write_text("x")
+    r = cli("run", "impala", "--run-dir", str(tmp_path / "file"))
+    assert r.returncode == 2 and "not a directory" in r.stderr, r.stderr
+    latest = checkpoint.latest(d)
+    before = {p.name: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    good = latest.read_bytes()
+    latest.write_bytes(good[: len(good) // 2])  # truncated
+    r = cli("run", "--resume", str(d))
+    assert r.returncode == 2 and "cannot read it" in r.stderr, r.stderr
+    state = torch.load(io.BytesIO(good), weights_only=True)
+    state["env"] = "Acrobot-v1"  # a checkpoint of another env
+    torch.save(state, latest)
+    r = cli("run", "--resume", str(d))
+    assert r.returncode == 2 and "of env 'Acrobot-v1'" in r.stderr, r.stderr
+    after = {p.name: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k != latest.name} == \
+        {k: v for k, v in before.items() if k != latest.name}  # nothing else written
     for p in checkpoint.list_checkpoints(d):
         p.unlink()
     r = cli("run", "--resume", str(d))

@@ -118,7 +118,8 @@ def _wait_for_rows(csv_path: Path, timeout_s: float) -> None:
 
 
 def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
-    """SIGKILL an actor mid-run: the learner and the other actor end with errors naming it."""
+    """SIGKILL an actor mid-run with --min-actors 2 (async IMPALA would go on with one):
+    the learner and the other actor end with errors naming it."""
     from archzoo.comm.factory import free_port
 
     d = tmp_path / "run"
@@ -130,7 +131,8 @@ def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
         procs.append(subprocess.Popen(
             [*ARCHZOO, "run", "impala", "--run-dir", str(d), "--time-limit", "120",
              "--total-steps", "100000000", "--comm-timeout", "20", "--log-interval", "0.2",
-             "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+             "--min-actors", "2", "--quiet"], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True))
     try:
         _wait_for_rows(d / "metrics.csv", 60)
         t_kill = time.time()

@@ -90,16 +90,17 @@ def attach_checkpoints(ctx: RankContext, mon: Monitor, parts: dict[str, Stateful
     cfg = ctx.cfg
     mon.checkpointer = checkpoint.Checkpointer(
         cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
-        state=lambda: run_state(cfg.arch, mon, parts), step=lambda: mon.env_steps)
+        state=lambda: run_state(cfg, mon, parts), step=lambda: mon.env_steps)
     if cfg.resume is not None:
         mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
     if _OPEN:
         _OPEN[-1].policy = policy
 
 
-def run_state(arch: str, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
+def run_state(cfg: Any, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
     """A checkpoint's contents (see :mod:`archzoo.checkpoint`)."""
-    return {"arch": arch, "saved_at": time.time(), "monitor": mon.state_dict(),
+    return {"arch": cfg.arch, "env": cfg.env, "saved_at": time.time(),
+            "monitor": mon.state_dict(),
             "rng": checkpoint.rng_state(),
             "parts": {name: p.state_dict() for name, p in parts.items()}}
 
