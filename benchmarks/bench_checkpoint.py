@@ -29,6 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.runs import rank_pid  # noqa: E402 - the tests' way to find a rank's process
+
 ARCHZOO = [sys.executable, "-m", "archzoo", "run"]
 COMMON = ["--actors", "2", "--quiet", "--log-interval", "0.5", "--total-steps", "1000000000",
           "--target-return", "1e9", "--seed", "1"]
@@ -70,21 +74,6 @@ def checkpoint_cost(seconds: float, warmup: float, repeats: int, tmp: Path) -> N
               f"{statistics.median(per):.4f} |", flush=True)
 
 
-def _pid_of(d: Path, rank: int) -> int:
-    end = time.time() + 60
-    while time.time() < end:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if str(d).encode() in cmd and f"RANK={rank}".encode() in env:
-                return int(pid)
-        time.sleep(0.1)
-    raise RuntimeError(f"rank {rank} of {d} not found")
-
-
 def recovery(seconds: float, tmp: Path) -> None:
     print("\n| who is killed | run | kill -> next metrics row (s) | kill -> 90% of the fps "
           "before (s) | fps after / before |")
@@ -95,7 +84,7 @@ def recovery(seconds: float, tmp: Path) -> None:
         proc = subprocess.Popen([*ARCHZOO, "impala", *COMMON, *extra, "--time-limit",
                                  str(seconds), "--checkpoint-interval", "1", "--run-dir",
                                  str(d)], stderr=subprocess.DEVNULL)
-        pid = _pid_of(d, rank)
+        pid = rank_pid(d, rank)
         while len(rows(d)) < 2 * seconds / 3:  # learning at full speed for a while
             time.sleep(0.1)
         before = [float(r["fps"]) for r in rows(d)[-4:]]
