@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from archzoo.comm import ControlChannel, PeerFailure, PeerTimeout, SchemaMismatch, Transport
+from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
 from archzoo.comm.factory import Launch
 from archzoo.config import RunConfig
 
@@ -141,22 +141,13 @@ def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
     ``survivors`` (:class:`~archzoo.harness.survivors.Survivors`): actors that die during
     the stop are dropped, and with any actor dead the barrier is skipped."""
     t = ctx.transport
-    leaves = list(leaves)
-
     def guarded(step: Callable[[], Any], during: str) -> bool:
-        """Run ``step``; False if an actor died in it (it is dropped, not awaited)."""
+        """Run ``step``; False if an actor died in it (``survivors`` dropped it, and its
+        callbacks took it out of the control channel)."""
         if survivors is None:
             step()
             return True
-        try:
-            step()
-            return True
-        except PeerFailure as e:
-            survivors.drop(e, during)  # re-raises unless e names an actor
-            if e.peer in leaves:
-                leaves.remove(e.peer)
-            control.drop(e.peer)
-            return False
+        return survivors.guard(lambda: step() or True, during) is not None
 
     def alive() -> list[int]:
         return [r for r in leaves if survivors is None or r not in survivors.dead]
