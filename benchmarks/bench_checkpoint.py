@@ -86,6 +86,8 @@ def recovery(seconds: float, tmp: Path) -> None:
                                  str(d)], stderr=subprocess.DEVNULL)
         pid = rank_pid(d, rank)
         while len(rows(d)) < 2 * seconds / 3:  # learning at full speed for a while
+            if proc.poll() is not None:
+                raise RuntimeError(f"the run in {d} ended before the kill")
             time.sleep(0.1)
         before = [float(r["fps"]) for r in rows(d)[-4:]]
         n_before = len(rows(d))

@@ -96,6 +96,7 @@ def test_too_few_actors_end_the_run_and_keep_what_was_learnt(tmp_path: Path) -> 
     ("apex", ["apex", "--actors", "2", "--replay-shards", "1"], 1),  # a replay shard
     ("a3c", ["a3c", "--actors", "2", "--ps-shards", "2"], 1),        # a parameter-server shard
     ("gorila", ["gorila", "--actors", "2"], 1),                     # the replay memory
+    ("gala", ["gala", "--actors", "3"], 1),                         # an agent of the ring
     ("seed-sync", ["seed", "--actors", "2", "--mode", "sync"], 2),    # an actor in lockstep
 ])
 def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
@@ -111,7 +112,8 @@ def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
         assert s["stop_reason"].startswith("error:")
         # a3c's shard 0 holds half the parameters (--ps-shards 2): no policy to keep
         assert (d / "policy.pt").is_file() == (arch != "a3c")
-        assert (checkpoint.latest(d) is not None) == (arch != "a3c")
+        # gala writes no checkpoints yet
+        assert (checkpoint.latest(d) is not None) == (arch not in ("a3c", "gala"))
 
 
 # -- restarts -------------------------------------------------------------------------------

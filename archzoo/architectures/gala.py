@@ -126,8 +126,9 @@ def _finish(ctx: RankContext, spec: EnvSpec, run_dir, mon: Monitor, stop: str | 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """One agent, no gossip: the A2C baseline."""
-    run_dir, mon = harness.open_run(ctx)
     agent = Agent(ctx, spec)
+    run_dir, mon = harness.open_run(ctx, policy=(agent.model,
+                                                 builders.policy_meta(ctx.cfg, spec)))
     stop = None
     while stop is None:
         _feed(mon, agent, agent.step())
@@ -152,8 +153,9 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     leaves = list(range(1, ctx.world_size))
     control = ControlChannel(t, leaves, harness.TAG_CONTROL)
     ring = _handshake(ctx, spec, control, leaves)
-    run_dir, mon = harness.open_run(ctx)
     agent = Agent(ctx, spec)
+    run_dir, mon = harness.open_run(ctx, policy=(agent.model,
+                                                 builders.policy_meta(ctx.cfg, spec)))
     stop_flag = np.zeros(1, np.float64)
     while True:
         _feed(mon, agent, agent.step())

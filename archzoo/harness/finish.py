@@ -75,7 +75,7 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
                   eval_window=eval_window)
     if ctx.transport is not None:
         mon.last_heard = ctx.transport.counters.last_heard
-    _OPEN[:] = [_OpenRun(ctx, run_dir, mon, None)]
+    _OPEN[:] = [_OpenRun(ctx, run_dir, mon, policy)]
     mark_started()  # every rank has joined (open_run follows the handshake)
     if parts is not None:
         attach_checkpoints(ctx, mon, parts, policy)
