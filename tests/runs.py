@@ -48,6 +48,16 @@ def load_run(d: Path) -> dict:
     return s
 
 
+def best_return(d: Path) -> float:
+    """The best mean return over the last 100 episodes that metrics.csv logged once 100
+    episodes had ended. Smoke runs assert learning on it, not on the final window: an
+    async policy-gradient run on CartPole can fall back after it learned (2 of ~40 smoke
+    runs under a loaded CI ended below random + 10, having been far above it)."""
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    return max((float(r["mean_return_100"]) for r in rows
+                if r["mean_return_100"] and int(r["episodes"]) >= 100), default=0.0)
+
+
 def solve_either_seed(arch: str, args: list[str], tmp: Path, seeds=(0, 1)) -> dict:
     """Run ``archzoo run ARCH`` with each seed until one solves (a bounded solve passes if
     either of two seeds solves); returns that run's summary."""
