@@ -243,9 +243,10 @@ class ImpalaConfig(VTraceConfig):
 
     def check(self, r: Rules) -> None:
         super().check(r)
-        r.need(self.topology in (None, "star") or self.mode == "sync",
-               f"--topology {self.topology} needs --mode sync: async IMPALA broadcasts "
-               "parameters latest-wins over the star (--topology star)")
+        r.need(self.topology != "native" or self.mode == "sync",
+               "--topology native needs --mode sync: torch.distributed's collectives block "
+               "every rank (async IMPALA broadcasts latest-wins over star, tree, butterfly "
+               "or ring)")
 
 
 @dataclass(frozen=True)
@@ -342,9 +343,9 @@ class ApexConfig(RunConfig):
         r.need(self.learning_starts <= self.replay_capacity,
                f"--learning-starts {self.learning_starts} exceeds --replay-capacity "
                f"{self.replay_capacity}: sampling would never start")
-        r.need(self.topology in (None, "star"),
-               f"{self.arch} cannot use --topology {self.topology}: its parameters, "
-               "transitions and samples stream point-to-point (--topology star)")
+        r.need(self.topology != "native", f"{self.arch} cannot use --topology native: "
+               "torch.distributed's collectives block every rank, and its actors never wait "
+               "(parameters go latest-wins over star, tree, butterfly or ring)")
         r.need(self.mode == "async", f"{self.arch} has no --mode sync: its actors, replay and "
                "learner never wait for each other (use --mode async)")
         if self.actors:
@@ -373,6 +374,9 @@ class GorilaConfig(ApexConfig):
         return world_size - self.ps_shards - 1 - self.learners
 
     def check(self, r: Rules) -> None:
+        r.need(self.topology in (None, "star"), f"gorila cannot use --topology {self.topology}: "
+               "its actors and learners pull parameters from the parameter-server shards "
+               "(request and reply), so there is no broadcast to schedule (--topology star)")
         r.need(self.replay_shards == 1, f"--replay-shards {self.replay_shards}: gorila has one "
                "replay memory (its own rank); leave --replay-shards at 1")
         r.at_least(self, "ps_shards", 1)

@@ -85,7 +85,7 @@ BAD = [
     (["--replay-shards", "3", "--actors", "2"], "every shard needs an actor"),
     (["--eps-base", "0"], "--eps-base"),
     (["--mode", "sync"], "no --mode sync"),
-    (["--topology", "tree"], "cannot use --topology tree"),
+    (["--topology", "native"], "cannot use --topology native"),
 ]
 
 

@@ -18,6 +18,8 @@ from archzoo.topology import async_tree
 from archzoo.topology.async_tree import (
     AsyncTreeBroadcast,
     AsyncTreeReduce,
+    chain_links,
+    member_links,
     tree_depth,
     tree_links,
 )
@@ -84,6 +86,33 @@ def test_tree_links_is_the_knomial_tree(m):
                     assert tree_depth(r, n, root, m) == tree_depth(parent, n, root, m) + 1
                 assert tree_depth(r, n, root, m) <= ceil_log(n, m)
             assert sum(len(k) for _, k in links.values()) == n - 1
+
+
+def test_chain_links_is_the_rings_pipeline():
+    """root -> root+1 -> ... -> root-1: one child each but the last, N-1 edges, depth = the
+    distance from the root."""
+    for n in range(1, 12):
+        for root in range(n):
+            links = {r: chain_links(r, n, root) for r in range(n)}
+            for r, (parent, kids) in links.items():
+                v = (r - root) % n
+                assert parent == (None if v == 0 else (r - 1) % n)
+                assert kids == ([(r + 1) % n] if v < n - 1 else [])
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_member_links_span_only_the_members(chain):
+    """Ape-X's broadcast spans the learner and its actors, not its replay shards: the links
+    over members are the tree's (or chain's) over positions, mapped to the members' ranks."""
+    members = [0, 3, 4, 5, 6, 7]
+    for pos, r in enumerate(members):
+        parent, kids = member_links(r, members, 2, chain)
+        ref_parent, ref_kids = chain_links(pos, 6, 0) if chain else tree_links(pos, 6, 0, 2)
+        assert parent == (None if ref_parent is None else members[ref_parent])
+        assert kids == [members[k] for k in ref_kids]
+        assert set(kids) <= set(members)
+    with pytest.raises(ValueError, match="not among"):
+        member_links(1, members, 2, chain)
 
 
 def _solo():

@@ -293,7 +293,7 @@ def test_sync_parameter_broadcast_over_each_topology(tmp_path: Path, topology: s
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--topology", "tree"], "needs --mode sync"),
+    (["--topology", "native"], "needs --mode sync"),
     (["--mode", "sync", "--topology", "tree", "--fanout", "1"], "--fanout"),
     (["--topology", "hypercube"], "invalid choice"),
 ])

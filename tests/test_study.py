@@ -24,9 +24,9 @@ def test_study_grid_writes_csv_and_png(tmp_path: Path) -> None:
 
 
 def test_study_records_a_failing_point(tmp_path: Path) -> None:
-    """An invalid combination (tree in async IMPALA) fails that point, not the study."""
+    """An invalid combination (native in async IMPALA) fails that point, not the study."""
     out = tmp_path / "study"
-    r = cli("study", "--arch", "impala", "--topology", "tree", "--actors", "1",
+    r = cli("study", "--arch", "impala", "--topology", "native", "--actors", "1",
             "--out", str(out), "--", "--total-steps", "2000", timeout=120)
     assert r.returncode == 1
     rows = list(csv.DictReader(open(out / "study.csv")))

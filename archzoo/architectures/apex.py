@@ -29,8 +29,8 @@ from archzoo.harness import RankContext
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.runlog import Timers
-from archzoo.topology.broadcast import ParamsSubscriber
-from archzoo.topology.star import StarPublisher, params_schema
+from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
+from archzoo.topology.star import params_schema
 from replay.server import (
     LocalReplayClient,
     RateLimiter,
@@ -39,8 +39,13 @@ from replay.server import (
     insert,
 )
 
-APPLIED = ("parameter broadcast learner->actors; transitions actor->replay and "
-           "samples replay<->learner point-to-point")
+STREAMS = "transitions actor->replay and samples replay<->learner point-to-point"
+
+
+def applied(cfg: ApexConfig) -> str:
+    """Where the chosen topology is used (summary.json's topology_applied)."""
+    return (f"parameter broadcast learner->actors over "
+            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; {STREAMS}")
 
 
 def roles(cfg: ApexConfig, world_size: int) -> tuple[list[int], list[int]]:
@@ -73,7 +78,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     learner = builders.dqn_learner(cfg, spec)
     n_params = num_params(learner.model)
     control = ControlChannel(t, leaves, harness.TAG_CONTROL)
-    publisher = StarPublisher(t, params_schema(n_params), actors, harness.TAG_PARAMS)
+    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, params_schema(n_params), actors,
+                                harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
     inserts = None
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert,
                           min_sample=cfg.batch_size)
@@ -93,7 +99,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
                                     policy=(learner.model, builders.policy_meta(cfg, spec)))
     timers = Timers()
     get_flat(learner.model, publisher.latest["params"])
-    publisher.publish(version=learner.version)
+    publisher.publish(learner.version)
 
     def take_inserts(force: bool = False) -> None:
         if inserts is not None:
@@ -131,7 +137,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         if learner.version % cfg.publish_every == 0:
             with timers("comm"):
                 get_flat(learner.model, publisher.latest["params"])
-                survivors.guard(lambda: publisher.publish(version=learner.version),
+                survivors.guard(lambda: publisher.publish(learner.version),
                                 "sending parameters")
         service()
         stop = mon.check_stop()
@@ -150,10 +156,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     extra = {"replay_shards": len(shards), "replay_size": client.size,
              "replay_inserted": client.inserted,
              "replay": {str(r): {k: byes.get(r, {}).get(k) for k in keys} for r in shards},
-             **survivors.summary()}
+             "params_messages_root": publisher.messages(), **survivors.summary()}
     return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
                               meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                              device=learner.device, topology="star", applied=APPLIED,
+                              device=learner.device, topology=cfg.topology,
+                              applied=applied(cfg),
                               timers=timers_0, byes=byes,
                               role=lambda r: "shard" if r in shards else "actor", extra=extra)
 
@@ -214,8 +221,8 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
         set_flat(model, msg["params"])
         actor.version = int(msg["version"])
 
-    params = ParamsSubscriber(t, "star", 2, params_schema(n_params), 0, load, harness.TAG_PARAMS,
-                              harness.TAG_TOPOLOGY)
+    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(n_params), 0, load,
+                              harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async", [0, *actors])
     harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
     lc = harness.LeafControl(control, 0)
@@ -247,7 +254,9 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     out.flush(on_poll=params.take_newest)
     stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": actor.inference_s,
                                    "comm": comm.s.get("comm", 0.0)},
-                               env_steps=actor.tracker.env_steps, epsilon=eps)
-    harness.finish_leaf(ctx, control, lc, 0, stats, drain=params.take_newest)
+                               env_steps=actor.tracker.env_steps, epsilon=eps,
+                               params=params.stats())
+    harness.finish_leaf(ctx, control, lc, 0, stats, drain=params.take_newest,
+                        settle=params.settle)
     actor.close()
     evaluator.close()

@@ -28,7 +28,12 @@ from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
 from archzoo.runlog import Monitor, RunDir, Timers
-from archzoo.topology.broadcast import STOP_VERSION, ParamsBroadcast, ParamsSubscriber
+from archzoo.topology.broadcast import (
+    STOP_VERSION,
+    ParamsBroadcast,
+    ParamsSubscriber,
+    describe_broadcast,
+)
 from archzoo.topology.star import params_schema
 from learners.vtrace_learner import VTraceLearner
 
@@ -37,9 +42,8 @@ STREAMS = "unrolls actor->learner point-to-point"
 
 def topology_applied(cfg: ImpalaConfig) -> str:
     """Where the chosen topology is used (summary.json says so)."""
-    name = cfg.topology + (f"(m={cfg.fanout})" if cfg.topology in ("tree", "butterfly") else "")
-    how = "non-blocking, latest-wins" if cfg.topology == "star" else "synchronous collective"
-    return f"parameter broadcast learner->actors over {name} ({how}); {STREAMS}"
+    how = describe_broadcast(cfg.topology, cfg.fanout, cfg.mode)
+    return f"parameter broadcast learner->actors over {how}; {STREAMS}"
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
@@ -102,9 +106,10 @@ class LearnerLink:
         self.inbox = Inbox(t, self.unroll_schema, self.actors, harness.TAG_UNROLL, depth=1,
                            what="unroll")
         self.publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, self.actors,
-                                         harness.TAG_PARAMS, harness.TAG_TOPOLOGY)
+                                         harness.TAG_PARAMS, harness.TAG_TOPOLOGY, cfg.mode)
         harness.handshake_root(self.control, self.actors, digests, cfg.startup_timeout)
         self.peers: list[int] = []  # whose unrolls the last batch holds
+        self.lag: dict[int, list[int]] = {}  # actor -> [sum of policy lags, unrolls]
         # async: an actor that dies is dropped from all three; sync cannot go on without it
         self.survivors = harness.Survivors(ctx.rank, self.actors if cfg.mode == "async"
                                            else [], cfg.min_actors)
@@ -143,6 +148,15 @@ class LearnerLink:
         self.peers = [p for p, _ in batch]
         return [m for _, m in batch]
 
+    def account(self, mon: Monitor, batch: list[Message], version: int) -> None:
+        """The batch's episodes, steps and policy lag into ``mon``, and each actor's lag
+        (learner version minus the unroll's behaviour-policy version) apart."""
+        for peer, msg in zip(self.peers, batch, strict=True):
+            harness.account_unroll(mon, msg, version)
+            lag = self.lag.setdefault(peer, [0, 0])
+            lag[0] += version - int(msg["version"])
+            lag[1] += 1
+
     def release(self) -> None:
         """Repost the buffers of the last batch: its messages are overwritten from now on."""
         with self.timers("comm"):
@@ -180,6 +194,8 @@ class LearnerLink:
                               "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s}}
         extra = {"topology_rounds": publisher.rounds(),
                  "params_messages_root": publisher.messages(), **self.survivors.summary(),
+                 "policy_lag_by_actor": {str(p): round(s / n, 3)
+                                         for p, (s, n) in sorted(self.lag.items())},
                  **(extra or {})}
         return harness.finish_run(self.ctx, run_dir, mon, stop, policy=learner.model,
                                   meta=builders.policy_meta(self.cfg, self.spec),
@@ -197,8 +213,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     stop = None
     while stop is None:
         batch = link.next_batch()
-        for msg in batch:
-            harness.account_unroll(mon, msg, learner.version)
+        link.account(mon, batch, learner.version)
         learner.update(batch)
         link.release()
         mon.updates = learner.version
@@ -222,7 +237,7 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
         actor.version = int(msg["version"])
 
     params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, root, load, harness.TAG_PARAMS,
-                              harness.TAG_TOPOLOGY)
+                              harness.TAG_TOPOLOGY, cfg.mode)
     harness.handshake_leaf(control, root, digests,
                            cfg.startup_timeout)
     lc = harness.LeafControl(control, root)
@@ -252,6 +267,8 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     out.flush(on_poll=params.take_newest)
     stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": actor.inference_s,
                                    "comm": comm.s.get("comm", 0.0)},
-                               env_steps=actor.env_steps, episodes=actor.episodes)
-    harness.finish_leaf(ctx, control, lc, root, stats, drain=params.take_newest)
+                               env_steps=actor.env_steps, episodes=actor.episodes,
+                               params=params.stats())
+    harness.finish_leaf(ctx, control, lc, root, stats, drain=params.take_newest,
+                        settle=params.settle)
     actor.close()

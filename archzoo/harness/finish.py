@@ -163,7 +163,8 @@ def leaf_reports(byes: dict[int, dict[str, Any]], role: Any = "actor") -> dict[s
     ``role`` is a name or a function of the rank."""
     name = role if callable(role) else (lambda r: role)
     return {"time_breakdown_s": {f"{name(r)}{r}": b.get("timing", {}) for r, b in byes.items()},
-            "per_rank_bytes": {str(r): b.get("bytes", {}) for r, b in byes.items()}}
+            "per_rank_bytes": {str(r): b.get("bytes", {}) for r, b in byes.items()},
+            "params_by_rank": {str(r): b["params"] for r, b in byes.items() if "params" in b}}
 
 
 def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
@@ -220,6 +221,8 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
         breakdown.update(reports["time_breakdown_s"])
         per_rank = {"per_rank_bytes": {"0": t.counters.totals(),
                                        **reports["per_rank_bytes"]}}
+        if reports["params_by_rank"]:  # what each actor loaded (and relayed)
+            per_rank["params_by_rank"] = reports["params_by_rank"]
     if t is None:
         topology, applied = "none", "single process, no transport"
     summary = run_summary(ctx, mon, stop, topology or ctx.cfg.topology or "star", applied,

@@ -117,8 +117,10 @@ class LeafControl:
 
 
 def finish_leaf(ctx: RankContext, control: ControlChannel, lc: LeafControl, root: int,
-                stats: dict[str, Any], drain: Callable[[], None]) -> None:
-    """Leaf side of stop: BYE with stats, keep draining until FINAL, then the final barrier."""
+                stats: dict[str, Any], drain: Callable[[], None],
+                settle: Callable[[], None] | None = None) -> None:
+    """Leaf side of stop: BYE with stats, keep draining until FINAL, ``settle`` (a relay
+    passes the last parameters on: :meth:`ParamsSubscriber.settle`), the final barrier."""
     t = ctx.transport
     control.send(root, {"type": "bye", "stats": stats})
     deadline = time.time() + t.timeout_s
@@ -128,6 +130,8 @@ def finish_leaf(ctx: RankContext, control: ControlChannel, lc: LeafControl, root
         if time.time() > deadline:
             raise PeerTimeout(ctx.rank, root, "FINAL", t.timeout_s)
         time.sleep(1e-3)
+    if settle is not None:
+        settle()
     control.flush()
     if lc.barrier:
         t.barrier()

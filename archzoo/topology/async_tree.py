@@ -76,8 +76,8 @@ from archzoo.messages import Message, Schema
 from archzoo.topology.base import ceil_log, check_fanout
 from archzoo.topology.tree import lowest_digit
 
-__all__ = ["AsyncTreeBroadcast", "AsyncTreeReduce", "Contribution", "Receipt", "tree_depth",
-           "tree_links"]
+__all__ = ["AsyncTreeBroadcast", "AsyncTreeReduce", "Contribution", "Receipt", "chain_links",
+           "member_links", "tree_depth", "tree_links"]
 
 
 def tree_links(rank: int, size: int, root: int, fanout: int) -> tuple[int | None, list[int]]:
@@ -96,6 +96,29 @@ def tree_links(rank: int, size: int, root: int, fanout: int) -> tuple[int | None
     kids = [(v + j * m ** k + root) % size for k in reversed(range(low)) for j in range(1, m)
             if v + j * m ** k < size]
     return parent, kids
+
+
+def chain_links(rank: int, size: int, root: int) -> tuple[int | None, list[int]]:
+    """(parent, children) of ``rank`` on the chain ``root → root+1 → … → root−1`` (mod N):
+    the ring's pipeline, each rank relaying to its right neighbour. Ranks are absolute."""
+    _check_rank("root", root, size)
+    _check_rank("rank", rank, size)
+    v = (rank - root) % size
+    parent = None if v == 0 else (rank - 1) % size
+    return parent, [(rank + 1) % size] if v + 1 < size else []
+
+
+def member_links(rank: int, members: list[int], fanout: int, chain: bool = False
+                 ) -> tuple[int | None, list[int]]:
+    """(parent, children) of ``rank`` in the tree (or chain) over ``members``, rooted at
+    ``members[0]``: the k-nomial tree's links computed on positions in the list, mapped back
+    to ranks, so a broadcast can span some ranks of a world (Ape-X's learner and actors,
+    not its replay shards)."""
+    if rank not in members:
+        raise ValueError(f"rank {rank} is not among the broadcast's members {members}")
+    n, pos = len(members), members.index(rank)
+    parent, kids = chain_links(pos, n, 0) if chain else tree_links(pos, n, 0, fanout)
+    return (None if parent is None else members[parent]), [members[k] for k in kids]
 
 
 def tree_depth(rank: int, size: int, root: int, fanout: int) -> int:
@@ -254,6 +277,8 @@ class AsyncTreeBroadcast:
     version outstanding per child, each child with its own send buffer, so a slow child (and
     its subtree) skips versions instead of queueing them. :meth:`latest` is the newest version
     held. ``msgs_sent``/``msgs_received`` count data messages; ``acks_sent`` the acks.
+    ``members`` (root first) spans the tree over some ranks only; ``chain=True`` replaces the
+    tree by the ring's pipeline, each member relaying to the next (:func:`chain_links`).
 
     Ages. ``age = root version − received version at receipt`` needs the root's version at the
     moment a rank far down the tree takes a message, which it cannot see. So every message
@@ -267,11 +292,18 @@ class AsyncTreeBroadcast:
     """
 
     def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
-                 tag: int = 310, *, history: int = 64, record: bool = False) -> None:
+                 tag: int = 310, *, history: int = 64, record: bool = False,
+                 members: list[int] | None = None, chain: bool = False) -> None:
         self.transport, self.tag = transport, int(tag)
         self.rank, self.size = transport.rank, transport.world_size
         self.root, self.fanout = root, check_fanout(fanout)
-        self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
+        if members is None and not chain:
+            self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
+        else:
+            members = list(range(self.size)) if members is None else list(members)
+            if not members or members[0] != root:
+                raise ValueError(f"members must start with the root {root}, got {members}")
+            self.parent, self.children = member_links(self.rank, members, fanout, chain)
         self.schema = payload if isinstance(payload, Schema) else None
         self.nbytes = _payload_nbytes(payload)
         if isinstance(history, bool) or not isinstance(history, (int, np.integer)) \
@@ -342,6 +374,7 @@ class AsyncTreeBroadcast:
         ht[1:] = ht[:-1].copy()
         hv[0], ht[0] = version, time.time()
         self._stale = set(self.children)
+        _take_acks(self._acks_in, self._down)  # a root that publishes without polling
         self._pump()
 
     def close(self) -> None:
