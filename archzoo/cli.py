@@ -72,7 +72,9 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
 
     p = _Parser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("list", help="the architectures: roles, modes, topologies")
+    ls = sub.add_parser("list", help="the architectures: roles, modes, topologies")
+    ls.add_argument("--matrix", action="store_true", help="architecture x topology x mode: "
+                    "runs, or why not")
     sub.add_parser("study", help="sweep topologies/actors/backends/modes (archzoo study -h)",
                    add_help=False)
     sub.add_parser("bench", help="archzoo bench comm: collectives per topology (-h)",
@@ -413,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["run"]:
             return cmd_run(argv)
         args = parse(argv)
+        if args.command == "list" and args.matrix:
+            from archzoo import matrix
+
+            return matrix.main()
         if args.command == "list":
             return cmd_list()
         from archzoo.evaluate import cmd_eval

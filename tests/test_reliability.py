@@ -98,6 +98,8 @@ def test_too_few_actors_end_the_run_and_keep_what_was_learnt(tmp_path: Path) -> 
     ("gorila", ["gorila", "--actors", "2"], 1),                     # the replay memory
     ("gala", ["gala", "--actors", "3"], 1),                         # an agent of the ring
     ("seed-sync", ["seed", "--actors", "2", "--mode", "sync"], 2),    # an actor in lockstep
+    # a relay of the async tree broadcast (rank 3 gets its parameters through rank 2)
+    ("impala-tree", ["impala", "--actors", "3", "--topology", "tree", "--fanout", "2"], 2),
 ])
 def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
                                                        args: list[str], victim: int) -> None:
@@ -110,6 +112,8 @@ def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
         assert f"rank {victim}" in r.stderr, r.stderr
         s = summary(d)
         assert s["stop_reason"].startswith("error:")
+        if arch == "impala-tree":
+            assert "--topology star survives dead actors" in s["stop_reason"]
         # a3c's shard 0 holds half the parameters (--ps-shards 2): no policy to keep
         assert (d / "policy.pt").is_file() == (arch != "a3c")
         # gala writes no checkpoints yet

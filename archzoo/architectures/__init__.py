@@ -57,7 +57,8 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  "0 learner; 1..N actors", ("async", "sync"), _ALL),
     Architecture("apex", "archzoo.architectures.apex", C.ApexConfig,
                  "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner",
-                 "0 learner; 1..K replay shards; then actors", ("async",), ("star",)),
+                 "0 learner; 1..K replay shards; then actors", ("async",),
+                 ("star", "tree", "butterfly", "ring")),
     Architecture("a3c", "archzoo.architectures.a3c", C.A3CConfig,
                  "A3C (async) / A2C (--mode sync): actor-learners push gradients to a "
                  "sharded PS", "0..K-1 parameter-server shards; then actor-learners",

@@ -9,8 +9,8 @@ Three ways, chosen by topology and mode (docs/topologies.md has the matrix):
 - tree, butterfly or ring, asynchronous mode: latest-wins down a tree of relaying actors
   (:class:`~archzoo.topology.async_tree.AsyncTreeBroadcast`), never blocking; a slow
   subtree skips versions. The butterfly's broadcast schedule is the binomial tree
-  (recursive doubling: fan-out 2) and the ring's is the pipelined chain, each actor
-  relaying to its right neighbour.
+  (recursive doubling: fan-out 2) and the ring's is the chain, each actor relaying to its
+  right neighbour (successive versions overlap along it).
 
 :class:`ParamsBroadcast` is the learner's side, :class:`ParamsSubscriber` an actor's.
 """
@@ -49,7 +49,7 @@ def describe_broadcast(topology: str, fanout: int, mode: str) -> str:
         name = topology + (f"(m={fanout})" if topology in ("tree", "butterfly") else "")
         return f"{name} (synchronous collective)"
     m, chain = async_schedule(topology, fanout)
-    how = "pipelined chain" if chain else f"k-nomial tree m={m}"
+    how = "chain" if chain else f"k-nomial tree m={m}"
     return f"{topology} as a {how} (asynchronous, latest-wins, actors relay)"
 
 
@@ -91,9 +91,10 @@ class ParamsBroadcast:
         """Stop sending to a dead actor: possible on the star; a collective needs every
         rank, and a tree's relay feeds a subtree, so there the death ends the run."""
         if self.star is None:
-            how = type(self.collective or self.tree).__name__
-            raise RuntimeError(f"actor {actor} died: a {how} cannot go on without it "
-                               "(--topology star survives dead actors)")
+            how = ("the asynchronous tree broadcast passes parameters through its actors"
+                   if self.tree is not None else "a synchronous collective needs every rank")
+            raise RuntimeError(f"actor {actor} died and {how}, so the run cannot go on "
+                               "without it (--topology star survives dead actors)")
         self.star.drop(actor)
 
     def publish_stop(self) -> None:
