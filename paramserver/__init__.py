@@ -5,7 +5,8 @@ Clients push gradients of the loss and pull parameters shard by shard, concurren
 optimizer state (:class:`SharedRMSProp` as in A3C, or :class:`Adam`) and counts versions.
 async mode applies each gradient as it arrives (A3C, Mnih et al. 2016, Algorithm S3), optionally
 dropping gradients more than S versions stale; sync mode waits for W − D of W workers,
-averages in rank order and applies once (DPPO's chief, Heess et al. 2017). K shards
+averages (a float64 sum, :func:`average_gradients`) and applies once (DPPO's chief, Heess
+et al. 2017). K shards
 give bit-for-bit the parameters of one (Gorila's sharded server, Nair et al. 2015).
 """
 
@@ -19,12 +20,14 @@ from paramserver.shard import (
     Settled,
     ShardState,
     ShardStats,
+    average_gradients,
     ps_schemas,
     shard_bounds,
 )
 
 __all__ = [
     "STAT_FIELDS", "Adam", "Outcome", "PSClient", "PSTags", "ParamShard", "Settled",
-    "SharedRMSProp", "ShardState", "ShardStats", "clip_grad_norm", "make_optimizer",
+    "SharedRMSProp", "ShardState", "ShardStats", "average_gradients", "clip_grad_norm",
+    "make_optimizer",
     "ps_schemas", "shard_bounds",
 ]

@@ -11,9 +11,9 @@ counts its own versions (updates applied).
   parameters more than S versions old is dropped and counted.
 - sync (the chief of DPPO, Heess et al. 2017, "Emergence of Locomotion Behaviours in Rich
   Environments"): a round collects gradients computed on the current version until W − D of
-  the W workers have pushed, sums them in ascending worker rank, divides by W − D and applies
-  once. A gradient for a round already applied (one of the D late ones) is discarded and
-  counted, and its worker is answered with the fresh parameters at once.
+  the W workers have pushed, sums them in ascending worker rank (in float64), divides by
+  W − D and applies once. A gradient for a round already applied (one of the D late ones)
+  is discarded and counted, and its worker is answered with the fresh parameters at once.
 
 :class:`ShardState` is the rule without a transport (testable, usable in one process);
 :class:`ParamShard` serves it without ever blocking, like ``replay.server.ReplayServer``.
@@ -144,6 +144,20 @@ class Settled(NamedTuple):
     outcome: Outcome
 
 
+def average_gradients(total: np.ndarray, count: int, out: np.ndarray) -> np.ndarray:
+    """The mean gradient of a synchronous round from the float64 sum of its ``count``
+    float32 gradients: rounded once to float32, then divided by ``count`` in float32.
+
+    The float64 sum of a few float32 gradients is exact unless their exponents are more than
+    about 2^26 apart, so it does not depend on the order of the additions: the parameter
+    server's rank-order sum and an all-reduce over any topology (A2C without a server) give
+    the same mean, bit for bit (in the rare inexact case the two float64 sums differ in their
+    last bit, which the rounding to float32 hides unless it sits on a tie)."""
+    np.copyto(out, total, casting="same_kind")
+    np.divide(out, np.float32(count), out=out)
+    return out
+
+
 class ShardState:
     """A shard's parameters, optimizer, version and update rule, without a transport.
 
@@ -182,6 +196,7 @@ class ShardState:
         self._round: dict[int, tuple[int, np.ndarray]] = {}  # worker -> (seq, grad view)
         self.round_started: float | None = None  # monotonic time of the round's first push
         self._acc = np.empty_like(self.params)
+        self._total = np.empty(self.params.shape, np.float64)
 
     @property
     def version(self) -> int:
@@ -299,14 +314,14 @@ class ShardState:
         return out
 
     def _apply_round(self) -> list[Settled]:
-        """Sum in ascending worker rank, divide by the count, apply once (deterministic)."""
+        """Sum in float64 (ascending worker rank), :func:`average_gradients`, apply once."""
         used = sorted(self._round)
-        acc = self._acc
-        np.copyto(acc, self._round[used[0]][1])
+        total = self._total
+        np.copyto(total, self._round[used[0]][1])
         for w in used[1:]:
-            np.add(acc, self._round[w][1], out=acc)
-        np.divide(acc, np.float32(len(used)), out=acc)
-        self.optimizer.step(self.params, acc)
+            np.add(total, self._round[w][1], out=total)
+        average_gradients(total, len(used), out=self._acc)
+        self.optimizer.step(self.params, self._acc)
         v = self.stats.version
         self.stats.version += 1
         self.stats.applied += len(used)

@@ -101,14 +101,13 @@ class Case:
 
 
 def reference(case: Case, workers: list[int], used: Callable[[int], list[int]]) -> np.ndarray:
-    """One whole-vector optimizer; round r averages ``used(r)``'s gradients in rank order."""
+    """One whole-vector optimizer; round r averages ``used(r)``'s gradients."""
     theta = init_params()
     opt = case.optimizer()
     for r in range(ROUNDS):
         grads = [grad_of(theta, case.key, w, r) for w in sorted(used(r))]
-        acc = grads[0].copy()
-        for g in grads[1:]:
-            np.add(acc, g, out=acc)
+        # the float64 sum, rounded once to float32, divided in float32
+        acc = np.sum(np.stack(grads).astype(np.float64), 0).astype(F32)
         np.divide(acc, F32(len(grads)), out=acc)
         opt.step(theta, acc)
     return theta

@@ -253,9 +253,7 @@ def test_sync_w_minus_d_rule(w, data, k):
             else:
                 assert all(s == [(x, r, Outcome.LATE)] for s in res)
                 late += 1
-        acc = grads[used[0]].copy()
-        for x in used[1:]:
-            np.add(acc, grads[x], out=acc)
+        acc = np.sum(np.stack([grads[x] for x in used]).astype(np.float64), 0).astype(F32)
         np.divide(acc, F32(len(used)), out=acc)
         ref_opt.step(ref_theta, acc)
         assert np.array_equal(_bits(_params(states)), _bits(ref_theta)), r

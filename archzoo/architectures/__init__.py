@@ -61,8 +61,9 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  ("star", "tree", "butterfly", "ring")),
     Architecture("a3c", "archzoo.architectures.a3c", C.A3CConfig,
                  "A3C (async) / A2C (--mode sync): actor-learners push gradients to a "
-                 "sharded PS", "0..K-1 parameter-server shards; then actor-learners",
-                 ("async", "sync"), ("star",)),
+                 "sharded PS, or all-reduce (--mode sync --topology ring|tree|...)",
+                 "0..K-1 parameter-server shards; then actor-learners (all-reduce: "
+                 "0..W-1 actor-learners)", ("async", "sync"), _ALL),
     Architecture("gorila", "archzoo.architectures.gorila", C.GorilaConfig,
                  "Gorila: actors, a replay memory, L learners and a sharded parameter server",
                  "0..K-1 PS shards; K replay; then L learners; then actors", ("async",),

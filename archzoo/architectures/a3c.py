@@ -15,6 +15,8 @@ the learning curve and decides when to stop), ranks K.. are actor-learners.
   dropping those more than ``--staleness`` versions old). ``--mode sync`` (A2C): each
   round waits for W − ``--ps-drop`` workers, averages in rank order and applies once.
 - ``--actors 0``: one actor-learner and the same update rule in one process.
+- ``--mode sync --topology ring|tree|butterfly|native``: A2C without a server, the workers
+  all-reducing their gradients (archzoo/architectures/a2c_allreduce.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from actors.segment import SegmentActor
 from archzoo import builders, harness
+from archzoo.architectures import a2c_allreduce
 from archzoo.comm import ControlChannel
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -42,6 +45,8 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
     spec = builders.env_spec(ctx.cfg)
     if ctx.world_size == 1:
         return run_single(ctx, spec)
+    if ctx.cfg.all_reduce:  # sync over ring/tree/butterfly/native: no parameter server
+        return a2c_allreduce.run(ctx)
     k = ctx.cfg.ps_shards
     shards, workers = list(range(k)), list(range(k, ctx.world_size))
     if ctx.rank in shards:
@@ -121,7 +126,7 @@ def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list
     params, versions = client.sync()
     set_flat(model, params)
     actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
-                         harness.actor_seed(cfg.seed, ctx.rank))
+                         a2c_allreduce.worker_seed(cfg.seed, workers.index(ctx.rank)))
     a2c = builders.a2c_loss_config(cfg)
     first = time.time()
     reporter = harness.StatsReporter(control, 0)

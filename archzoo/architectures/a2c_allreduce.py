@@ -1,0 +1,169 @@
+"""A2C without a parameter server: synchronous data parallelism by all-reduce.
+
+``archzoo run a3c --mode sync --topology ring|tree|butterfly|native``. Every rank is an
+actor-learner with its own envs (the n-step actor-critic loss of Mnih et al. 2016;
+learners/a2c.py). In each round:
+
+1. every rank computes the clipped gradient of its segment;
+2. the ranks all-reduce the gradients over the topology (float64 sums);
+3. every rank applies the same mean with the same optimizer to its own copy of the
+   parameters, so the copies stay equal without ever being sent.
+
+This is the decentralised data parallelism of Horovod (Sergeev & Del Balso 2018, ring
+all-reduce) and DD-PPO (Wijmans et al. 2020). The mean is the parameter server's
+(:func:`paramserver.average_gradients`): with the same seeds, every round equals a round
+of the server-based sync A2C (``--topology star --ps-drop 0``) bit for bit. Worker i's
+envs are seeded as the server's worker i (rank 1 + i behind one shard). Only the
+communication differs, which is what a study compares.
+
+Rank 0 also keeps the learning curve: it counts the round's env steps (W segments) itself
+and takes the others' episode returns from the control channel. Its stop decision rides
+in the all-reduce as one extra element, so every rank leaves after the same round.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from actors.segment import SegmentActor
+from archzoo import builders, harness
+from archzoo.comm import ControlChannel
+from archzoo.envs import EnvSpec
+from archzoo.harness import RankContext
+from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.runlog import Timers
+from archzoo.topology.factory import make_topology
+from archzoo.topology.star import params_schema
+from learners.a2c import a2c_gradient
+from paramserver import average_gradients
+
+
+def worker_seed(seed: int, worker: int) -> int:
+    """Env seed of worker ``worker`` (0-based): that of rank 1 + worker, where it runs
+    behind a one-shard parameter server."""
+    return harness.actor_seed(seed, 1 + worker)
+
+
+def applied(topology: str, fanout: int) -> str:
+    name = topology + (f"(m={fanout})" if topology in ("tree", "butterfly") else "")
+    return (f"gradient all-reduce over {name} among the actor-learners (no parameter "
+            "server); episode statistics to rank 0 point-to-point")
+
+
+class Worker:
+    """One actor-learner: its envs, its copy of the parameters, its optimizer."""
+
+    def __init__(self, ctx: RankContext, spec: EnvSpec) -> None:
+        cfg = ctx.cfg
+        self.model = builders.actor_critic(cfg, spec)  # the same parameters on every rank
+        n = num_params(self.model)
+        self.params = np.zeros(n, np.float32)
+        get_flat(self.model, self.params)
+        self.opt = builders.ps_optimizer(cfg)
+        self.a2c = builders.a2c_loss_config(cfg)
+        self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
+                                  worker_seed(cfg.seed, ctx.rank))
+        self.topo = make_topology(cfg.topology, ctx.transport, cfg.fanout,
+                                  harness.TAG_TOPOLOGY)
+        self.workers = ctx.world_size
+        self.total = np.zeros(n + 1, np.float64)  # the gradient sum, then the stop flag
+        self.mean = np.zeros(n, np.float32)
+        self.grad = np.zeros(n, np.float32)  # this rank's last gradient (clipped)
+        self.updates = 0
+        self.env_steps = 0
+        self.first_step_time = time.time()
+        self.timers = Timers()
+
+    def round(self, stop: bool) -> tuple[np.ndarray, int, bool]:
+        """Collect a segment, all-reduce its gradient (with rank 0's ``stop``) and apply the
+        mean. Returns (finished episodes' returns, env steps, whether the run stopped); a
+        stopped round applies nothing."""
+        seg = self.actor.collect()
+        self.env_steps += seg.num_steps
+        with self.timers("gradient"):
+            self.grad, _ = a2c_gradient(self.model, seg, self.a2c)
+        self.total[:-1] = self.grad
+        self.total[-1] = 1.0 if stop else 0.0
+        with self.timers("all_reduce"):
+            self.topo.all_reduce(self.total)
+        if self.total[-1] > 0:
+            return seg.ep_returns, seg.num_steps, True
+        with self.timers("gradient"):
+            average_gradients(self.total[:-1], self.workers, out=self.mean)
+            self.opt.step(self.params, self.mean)
+            set_flat(self.model, self.params)
+        self.updates += 1
+        return seg.ep_returns, seg.num_steps, False
+
+    def timing(self, t: Any) -> dict[str, float]:
+        self.actor.close()
+        return {"env": self.actor.env_s, "inference": self.actor.inference_s,
+                **self.timers.s, "wait": t.wait_s}
+
+
+def run(ctx: RankContext) -> dict[str, Any] | None:
+    spec = builders.env_spec(ctx.cfg)
+    t, cfg = ctx.transport, ctx.cfg
+    leaves = list(range(1, ctx.world_size))
+    control = ControlChannel(t, leaves if ctx.rank == 0 else [0], harness.TAG_CONTROL)
+    digests = {"params": params_schema(num_params(builders.actor_critic(cfg, spec))).digest()}
+    if ctx.rank == 0:
+        harness.handshake_root(control, leaves, digests, cfg.startup_timeout)
+    else:
+        harness.handshake_leaf(control, 0, digests, cfg.startup_timeout)
+    worker = Worker(ctx, spec)
+    if ctx.rank == 0:
+        return run_deciding(ctx, spec, worker, control, leaves)
+    run_other(ctx, worker, control)
+    return None
+
+
+def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker, control: ControlChannel,
+                 leaves: list[int]) -> dict[str, Any]:
+    """Rank 0: a worker that also keeps the learning curve and decides the stop."""
+    t, cfg = ctx.transport, ctx.cfg
+    meta = builders.policy_meta(cfg, spec)
+    run_dir, mon = harness.open_run(ctx, policy=(worker.model, meta))
+    stop = None
+    while True:
+        returns, steps, stopped = worker.round(stop is not None)
+        if stopped:
+            break
+        mon.add_steps(steps * worker.workers, worker.first_step_time)  # every rank's segment
+        mon.add_episodes(returns)
+        for _, msg in control.poll():
+            harness.absorb_stats(mon, msg, worker.updates)
+        mon.updates = worker.updates
+        mon.maybe_log(*harness.byte_totals(t))
+        stop = mon.check_stop()
+    rounds = worker.topo.rounds
+    timing = worker.timing(t)
+    byes = harness.finish_root(ctx, control, leaves, lambda: None, lambda: None)
+    return harness.finish_run(ctx, run_dir, mon, stop, policy=worker.model, meta=meta,
+                              updates=worker.updates, topology=cfg.topology,
+                              applied=applied(cfg.topology, cfg.fanout),
+                              timers={"worker0": timing}, byes=byes, role="worker",
+                              extra={"workers": worker.workers, "all_reduce_rounds": rounds,
+                                     "parameter_server": None})
+
+
+def run_other(ctx: RankContext, worker: Worker, control: ControlChannel) -> None:
+    """Ranks 1..W−1: a worker that reports its episodes to rank 0 (rank 0 counts the steps
+    of every round itself)."""
+    lc = harness.LeafControl(control, 0)
+    reporter = harness.StatsReporter(control, 0)
+    while True:
+        returns, _, stopped = worker.round(False)
+        if stopped:
+            break
+        reporter.add(returns)
+        reporter.maybe_report(0, worker.updates, worker.first_step_time)
+    timing = worker.timing(ctx.transport)
+    harness.finish_leaf(ctx, control, lc, 0, {"timing": timing,
+                                              "bytes": ctx.transport.counters.totals(),
+                                              "updates": worker.updates,
+                                              "env_steps": worker.env_steps},
+                        drain=lambda: None)
