@@ -11,6 +11,7 @@ This module imports neither torch nor gymnasium, so the CLI can build parsers qu
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,9 @@ class RunConfig:
     threads: int = opt(1, "torch threads per process", group="run")
     quiet: bool = opt(False, "no progress display (a live panel on a terminal, else a line "
                              "per metrics row)", group="run")
+    straggler: str | None = opt(None, "RANK:FACTOR: rank RANK steps its envs FACTOR times "
+                                "slower (scales Synthetic-v0's step_cost_us; for studying "
+                                "stragglers)", group="run")
     tensorboard: bool = opt(True, "TensorBoard event files in the run directory's "
                             "tensorboard/ (the metrics.csv columns and summary.json's numbers)",
                             group="run")
@@ -147,12 +151,56 @@ class RunConfig:
         r.at_least(self, "max_restarts", 0)
         if self.actors is not None:
             r.at_least(self, "actors", 0)
+        if self.straggler is not None:
+            r.need(self.straggler_problem() is None, self.straggler_problem() or "")
+
+    def straggler_rank(self) -> tuple[int, float] | None:
+        """``--straggler RANK:FACTOR`` as (rank, factor), or None when unset or malformed."""
+        if self.straggler is None:
+            return None
+        rank, _, factor = self.straggler.partition(":")
+        try:
+            return int(rank), float(factor)
+        except ValueError:
+            return None
+
+    def straggler_problem(self) -> str | None:
+        got = self.straggler_rank()
+        if got is None:
+            return f"--straggler {self.straggler!r}: expected RANK:FACTOR, e.g. 2:4"
+        rank, factor = got
+        if rank < 0 or factor < 1:
+            return f"--straggler {self.straggler}: RANK must be >= 0 and FACTOR >= 1"
+        if self.actors is not None and rank >= self.world_size(self.actors):
+            return (f"--straggler {self.straggler}: there is no rank {rank} (--actors "
+                    f"{self.actors} makes {self.world_size(self.actors)} processes)")
+        if self.env != "archzoo/Synthetic-v0" or not _step_cost(self.env_kwargs):
+            return ("--straggler slows a rank through Synthetic-v0's step cost: use --env "
+                    "archzoo/Synthetic-v0 --env-kwargs '{\"step_cost_us\": 50}'")
+        return None
+
+    def for_rank(self, rank: int) -> RunConfig:
+        """This config as rank ``rank`` runs it: the straggler's step cost scaled."""
+        got = self.straggler_rank()
+        if got is None or got[0] != rank:
+            return self
+        kwargs = json.loads(self.env_kwargs)
+        kwargs["step_cost_us"] = float(kwargs["step_cost_us"]) * got[1]
+        return self.replace(env_kwargs=json.dumps(kwargs))
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _step_cost(env_kwargs: str) -> float:
+    """``step_cost_us`` of an --env-kwargs JSON object (0 when absent or unreadable)."""
+    try:
+        return float(json.loads(env_kwargs or "{}").get("step_cost_us", 0.0))
+    except (ValueError, TypeError, AttributeError):
+        return 0.0
 
 
 def flag_fields(cls: type) -> list[dataclasses.Field]:
@@ -405,16 +453,33 @@ class A3CConfig(A2CRunConfig):
                          choices=("rmsprop", "adam"), group="parameter server")
     rms_eps: float = opt(1e-5, "RMSProp ε", group="parameter server")
 
+    @property
+    def all_reduce(self) -> bool:
+        """A2C without a server: sync mode over a topology other than the star."""
+        return self.mode == "sync" and self.topology not in (None, "star")
+
     def world_size(self, actors: int) -> int:
-        """K shards + the actor-learners; ``--actors 0`` is one process."""
+        """K shards + the actor-learners (all-reduce: the actor-learners alone); ``--actors
+        0`` is one process."""
+        if self.all_reduce:
+            return max(1, actors)
         return self.ps_shards + actors if actors > 0 else 1
 
     def actors_for(self, world_size: int) -> int:
-        return world_size - self.ps_shards
+        return world_size if self.all_reduce else world_size - self.ps_shards
 
     def check(self, r: Rules) -> None:
-        r.need(self.topology in (None, "star"), f"a3c cannot use --topology {self.topology}: "
-               "gradients stream to the parameter server point-to-point (--topology star)")
+        r.need(self.topology in (None, "star") or self.mode == "sync",
+               f"a3c cannot use --topology {self.topology} in --mode async: its workers push "
+               "gradients to the parameter server as they go (star); all-reduce over a "
+               "topology is A2C's, in lock-step rounds (--mode sync)")
+        if self.all_reduce:
+            r.need(self.ps_shards == 1, f"--ps-shards {self.ps_shards}: all-reduce A2C "
+                   f"(--topology {self.topology}) has no parameter server")
+            r.need(self.ps_drop == 0, f"--ps-drop {self.ps_drop}: an all-reduce round needs "
+                   "every worker (a collective); drop stragglers with --topology star")
+            r.need(self.resume is None, "--resume: all-reduce A2C writes no checkpoints yet "
+                   "(use --topology star)")
         r.at_least(self, "ps_shards", 1)
         if self.staleness is not None:
             r.at_least(self, "staleness", 0)

@@ -20,11 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-COLUMNS = ("arch", "topology", "actors", "backend", "mode", "seed", "exit_code", "solved",
+COLUMNS = ("arch", "topology", "actors", "backend", "mode", "seed", "straggler", "params",
+           "hidden", "exit_code", "solved",
            "time_to_target_s", "env_steps_to_target", "env_steps", "fps", "final_mean_return",
            "eval_mean_return", "world_size", "topology_rounds", "root_msgs_sent",
            "root_bytes_sent", "max_other_bytes_sent", "total_msgs_sent", "total_bytes_sent",
-           "wall_s", "run_dir")
+           "wall_s", "learner_updates", "root_bytes_per_update", "root_comm_s_per_update",
+           "policy_lag_mean", "run_dir")
 
 
 def _csv_list(kind):
@@ -45,6 +47,12 @@ def build_parser(parser_class=argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--backend", type=_csv_list(str), default=["gloo"])
     p.add_argument("--mode", type=_csv_list(str), default=["async"])
     p.add_argument("--seeds", type=_csv_list(int), default=[0])
+    p.add_argument("--straggler", type=_csv_list(str), default=["none"],
+                   help="none or RANK:FACTOR per point: that rank's envs step FACTOR times "
+                   "slower (Synthetic-v0's step cost; e.g. none,1:4)")
+    p.add_argument("--params", type=_csv_list(int), default=[0],
+                   help="model sizes in parameters (0: the architecture's --hidden); each "
+                   "becomes the MLP width whose model is closest to it")
     p.add_argument("--out", required=True, help="directory for study.csv, study.png, runs/")
     return p
 
@@ -57,8 +65,14 @@ def row_from_summary(point: dict, code: int, run_dir: Path) -> dict:
     s = json.loads(f.read_text())
     for k in ("solved", "time_to_target_s", "env_steps_to_target", "env_steps", "fps",
               "final_mean_return", "eval_mean_return", "world_size", "topology_rounds",
-              "wall_s"):
+              "wall_s", "learner_updates", "policy_lag_mean"):
         row[k] = s.get(k)
+    updates = s.get("learner_updates") or 0
+    comm = s.get("time_breakdown_s", {}).get("learner", {}).get("comm")
+    if updates:
+        root_sent = s.get("per_rank_bytes", {}).get("0", {}).get("bytes_sent", 0)
+        row["root_bytes_per_update"] = root_sent / updates
+        row["root_comm_s_per_update"] = comm / updates if comm is not None else None
     per = s.get("per_rank_bytes", {})
     root = per.get("0", {})
     others = [v.get("bytes_sent", 0) for r, v in per.items() if r != "0"]
@@ -69,6 +83,29 @@ def row_from_summary(point: dict, code: int, run_dir: Path) -> dict:
     return row
 
 
+def hidden_for_params(n: int, extra: list[str]) -> int:
+    """The MLP width whose actor-critic for the run's env (``--env``/``--env-kwargs`` among
+    the extra flags, CartPole-v1 by default) has the number of parameters closest to ``n``."""
+    from archzoo.envs import env_spec
+    from archzoo.nets import ActorCritic, num_params
+
+    def flag(name: str, default: str) -> str:
+        return extra[extra.index(name) + 1] if name in extra[:-1] else default
+
+    spec = env_spec(flag("--env", "CartPole-v1"), flag("--env-kwargs", ""))
+
+    def size(h: int) -> int:
+        return num_params(ActorCritic(spec.obs_shape, spec.num_actions, h))
+
+    lo, hi = 1, 2
+    while size(hi) < n:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if size(mid) < n else (lo, mid)
+    return min((lo, hi), key=lambda h: abs(size(h) - n))
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -76,7 +113,8 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r['topology']}\n{r['actors']}a {r['backend']}\n{r['mode']} s{r['seed']}"
-              for r in rows]
+              + (f"\nslow {r['straggler']}" if r.get("straggler") not in (None, "none")
+                 else "") for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(max(10, 1.8 * len(rows)), 4.5))
     panels = ((axes[0], "fps", "env frames / s", 1.0),
               (axes[1], "time_to_target_s", "time to target (s)", 1.0),
@@ -106,20 +144,31 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
     a = build_parser(parser_class).parse_args(argv)
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    grid = list(itertools.product(a.topology, a.actors, a.backend, a.mode, a.seeds))
+    grid = list(itertools.product(a.topology, a.actors, a.backend, a.mode, a.seeds,
+                                  a.straggler, a.params))
     rows = []
-    for k, (topo, actors, backend, mode, seed) in enumerate(grid, 1):
+    for k, (topo, actors, backend, mode, seed, slow, params) in enumerate(grid, 1):
+        hidden = hidden_for_params(params, extra) if params else None
         point = {"arch": a.arch, "topology": topo, "actors": actors, "backend": backend,
-                 "mode": mode, "seed": seed}
-        run_dir = out / "runs" / f"{dir_name(a.arch)}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
+                 "mode": mode, "seed": seed, "straggler": slow, "params": params or None,
+                 "hidden": hidden}
+        name = f"{dir_name(a.arch)}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
+        name += (f"-slow{slow.replace(':', 'x')}" if slow != "none" else "") + \
+            (f"-p{params}" if params else "")
+        run_dir = out / "runs" / name
         cmd = [sys.executable, "-m", "archzoo", "run", a.arch, "--topology", topo,
                "--actors", str(actors), "--backend", backend, "--mode", mode,
                "--seed", str(seed), "--run-dir", str(run_dir), "--quiet", *extra]
+        if slow != "none":
+            cmd += ["--straggler", slow]
+        if hidden:
+            cmd += ["--hidden", str(hidden)]
         t0 = time.time()
         r = subprocess.run(cmd, capture_output=True, text=True)
         err = r.stderr.strip().splitlines()[-1] if r.returncode and r.stderr.strip() else ""
         rows.append(row_from_summary(point, r.returncode, run_dir))
-        print(f"[study {k}/{len(grid)}] {topo} actors={actors} {backend} {mode} seed={seed}: "
+        print(f"[study {k}/{len(grid)}] {topo} actors={actors} {backend} {mode} seed={seed} "
+              f"straggler={slow} params={params or '-'}: "
               f"exit {r.returncode} in {time.time() - t0:.1f}s {err}", flush=True)
     with open(out / "study.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")

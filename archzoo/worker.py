@@ -31,6 +31,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     import torch
 
     torch.set_num_threads(args.threads)
+    args = args.for_rank(launch.rank)  # --straggler: this rank's envs step slower
     if args.device == "auto":
         args = args.replace(device="cuda" if torch.cuda.is_available() else "cpu")
         if launch.rank == 0 and not args.quiet:
