@@ -4,6 +4,7 @@ rule, configs never change under validation, and the registry agrees with the ru
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -116,3 +117,17 @@ def test_shipped_configs_parse_and_validate(path: Path) -> None:
     cfg, given = parse_run(["run", path.stem, "--config", str(path), "--run-dir", "/tmp/x"])
     _, _, resolved, _ = validate_run(cfg, given)
     assert resolved.env.startswith({"minatar": "MinAtar/", "atari": "ALE/"}[path.parent.name])
+
+
+def test_straggler_scales_one_ranks_step_cost() -> None:
+    from archzoo.config import ImpalaConfig
+
+    c = ImpalaConfig(arch="impala", env="archzoo/Synthetic-v0", actors=2, straggler="2:4",
+                     env_kwargs='{"step_cost_us": 50, "obs_bytes": 64}')
+    assert c.problem() is None
+    assert json.loads(c.for_rank(2).env_kwargs) == {"step_cost_us": 200.0, "obs_bytes": 64}
+    assert c.for_rank(1) is c and c.for_rank(0) is c
+    for bad, needle in [("2", "RANK:FACTOR"), ("2:0.5", "FACTOR >= 1"),
+                        ("3:2", "no rank 3")]:
+        assert needle in c.replace(straggler=bad).problem()
+    assert "Synthetic-v0" in ImpalaConfig(arch="impala", straggler="1:2").problem()

@@ -1,6 +1,8 @@
-"""The bounded full solve CI runs: IMPALA (embedded, gloo, async) reaches 475 on CartPole-v1.
+"""The bounded full solves CI runs: IMPALA (embedded, gloo, async) reaches 475 on CartPole-v1,
+and so does async IMPALA broadcasting over a tree of relaying actors under every launcher.
 
-Bounded by an env-step budget; passes if either of two seeds solves (tests/runs.py).
+Bounded by an env-step budget; the star's passes if either of two seeds solves
+(tests/runs.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import cli, solve_either_seed
+from tests.mp import describe, run_mpi
+from tests.runs import cli, solve_either_seed, torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -27,3 +30,29 @@ def test_impala_solves_cartpole(tmp_path: Path) -> None:
     # the saved final policy replays far above a random one (~22); not at 475: the last
     # update before the stop can set a policy-gradient policy back (once 134 in ~15 runs)
     assert json.loads(ev.stdout)["mean_return"] >= 100
+
+
+TREE = ["--env", "CartPole-v1", "--target-return", "475", "--topology", "tree", "--fanout",
+        "2", "--total-steps", "4000000", "--time-limit", "240", "--quiet"]
+
+
+@pytest.mark.parametrize("launcher", ["embedded", "torchrun", "mpiexec"])
+def test_async_tree_impala_solves_cartpole(tmp_path: Path, launcher: str) -> None:
+    """Async IMPALA whose 3 actors relay the parameters down a binary tree (rank 2 feeds
+    rank 3) reaches 475, under each launcher."""
+    d = tmp_path / "run"
+    if launcher == "embedded":
+        r = cli("run", "impala", "--actors", "3", "--seed", "0", "--run-dir", str(d), *TREE,
+                timeout=400)
+        assert r.returncode == 0, r.stderr[-3000:]
+    elif launcher == "torchrun":
+        torchrun(4, "run", "impala", "--seed", "0", "--run-dir", str(d), *TREE, timeout=400)
+    else:
+        job = run_mpi(4, ["-m", "archzoo", "run", "impala", "--seed", "0", "--run-dir", str(d),
+                          *TREE], timeout_s=400)
+        assert job.returncode == 0, describe(job)
+    s = json.loads((d / "summary.json").read_text())
+    assert s["stop_reason"] == "target" and s["final_mean_return"] >= 475, \
+        (s["stop_reason"], s["final_mean_return"])
+    assert s["topology"] == "tree" and s["params_by_rank"]["3"]["parent"] == 2
+    assert s["params_by_rank"]["2"]["relayed"] > 0

@@ -31,3 +31,31 @@ def test_study_records_a_failing_point(tmp_path: Path) -> None:
     assert r.returncode == 1
     rows = list(csv.DictReader(open(out / "study.csv")))
     assert rows[0]["exit_code"] == "2" and "needs --mode sync" in r.stdout
+
+
+def test_study_straggler_and_model_size(tmp_path: Path) -> None:
+    """--straggler 1:8 makes rank 1's envs step 8x slower (its env time grows, its peer's
+    does not); --params picks the MLP width whose model is closest to the size asked."""
+    import json
+
+    from archzoo.study import hidden_for_params
+
+    out = tmp_path / "study"
+    r = cli("study", "--arch", "impala", "--actors", "2", "--straggler", "none,1:8",
+            "--params", "20000", "--out", str(out), "--", "--env", "archzoo/Synthetic-v0",
+            "--env-kwargs", '{"step_cost_us": 20}', "--total-steps", "30000",
+            "--envs-per-actor", "4", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = list(csv.DictReader(open(out / "study.csv")))
+    assert [x["straggler"] for x in rows] == ["none", "1:8"]
+    hidden = hidden_for_params(20000, ["--env", "archzoo/Synthetic-v0"])
+    assert all(x["hidden"] == str(hidden) and x["params"] == "20000" for x in rows)
+    env_s_per_step = []
+    for x in rows:
+        s = json.loads((Path(x["run_dir"]) / "summary.json").read_text())
+        assert json.loads((Path(x["run_dir"]) / "config.json").read_text())["hidden"] == hidden
+        t = s["time_breakdown_s"]
+        env_s_per_step.append(t["actor1"]["env"] / t["actor2"]["env"])
+        assert float(x["root_bytes_per_update"]) > 0
+    # rank 1 spends far longer per step in its envs than rank 2 (8x the busy-wait)
+    assert env_s_per_step[1] > 2 * env_s_per_step[0], env_s_per_step
