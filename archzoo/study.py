@@ -115,10 +115,11 @@ def plot(rows: list[dict], path: Path) -> None:
     labels = [f"{r['topology']}\n{r['actors']}a {r['backend']}\n{r['mode']} s{r['seed']}"
               + (f"\nslow {r['straggler']}" if r.get("straggler") not in (None, "none")
                  else "") for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(max(10, 1.8 * len(rows)), 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(max(13, 2.2 * len(rows)), 4.5))
     panels = ((axes[0], "fps", "env frames / s", 1.0),
               (axes[1], "time_to_target_s", "time to target (s)", 1.0),
-              (axes[2], "total_bytes_sent", "bytes sent, all ranks (MB)", 1e-6))
+              (axes[2], "total_bytes_sent", "bytes sent, all ranks (MB)", 1e-6),
+              (axes[3], "root_bytes_per_update", "rank 0's bytes sent per update (MB)", 1e-6))
     for ax, key, title, scale in panels:
         vals = [float(r[key]) * scale if r.get(key) not in (None, "") else None for r in rows]
         ax.bar(range(len(rows)), [v or 0.0 for v in vals], color="tab:blue")

@@ -40,7 +40,7 @@ def test_every_topology_ends_where_the_others_do(tmp_path: Path) -> None:
     for topology in ("ring", "tree", "native"):
         d = tmp_path / topology
         r = cli("run", "a3c", "--mode", "sync", "--topology", topology, "--fanout", "2",
-                "--actors", "3", "--total-steps", "60000", "--seed", "1", "--quiet",
+                "--actors", "3", "--total-steps", "30000", "--seed", "1", "--quiet",
                 "--log-interval", "0.5", "--run-dir", str(d))
         assert r.returncode == 0, r.stderr[-3000:]
         s = load_run(d)

@@ -271,24 +271,33 @@ def test_help_shows_hyperparameters() -> None:
         assert flag in r.stdout, flag
 
 
+SYNC_TOPOLOGY_RUN = ["--actors", "3", "--mode", "sync", "--total-steps", "20000", "--seed", "5",
+                     "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def sync_star_policy(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Sync IMPALA over the star, run once for every topology to be compared with."""
+    star = tmp_path_factory.mktemp("star") / "run"
+    r = cli("run", "impala", *SYNC_TOPOLOGY_RUN, "--run-dir", str(star))
+    assert r.returncode == 0, r.stderr
+    return _policy_params(star)
+
+
 @pytest.mark.parametrize("topology", ["tree", "butterfly", "ring", "native"])
-def test_sync_parameter_broadcast_over_each_topology(tmp_path: Path, topology: str) -> None:
+def test_sync_parameter_broadcast_over_each_topology(tmp_path: Path, topology: str,
+                                                     sync_star_policy: dict) -> None:
     """Sync IMPALA with 3 actors: the broadcast runs as the topology's collective, every
     actor relays its part, and the learning is bit-for-bit the star's (same data, same
     order)."""
     d = tmp_path / "run"
-    r = cli("run", "impala", "--actors", "3", "--mode", "sync", "--topology", topology,
-            "--fanout", "2", "--total-steps", "20000", "--seed", "5", "--quiet",
+    r = cli("run", "impala", *SYNC_TOPOLOGY_RUN, "--topology", topology, "--fanout", "2",
             "--run-dir", str(d))
     assert r.returncode == 0, r.stderr
     s = load_run(d)
     assert s["topology"] == topology and topology in s["topology_applied"]
     assert s["topology_rounds"] >= s["learner_updates"]
-    star = tmp_path / "star"
-    r = cli("run", "impala", "--actors", "3", "--mode", "sync", "--total-steps", "20000",
-            "--seed", "5", "--quiet", "--run-dir", str(star))
-    assert r.returncode == 0, r.stderr
-    a, b = _policy_params(d), _policy_params(star)
+    a, b = _policy_params(d), sync_star_policy
     assert all(a[k].equal(b[k]) for k in a)
 
 

@@ -314,10 +314,12 @@ def test_pixel_smoke_embedded_gloo(tmp_path: Path, arch: str, env: str) -> None:
         assert ev.returncode == 0 and json.loads(ev.stdout)["env"] == env, ev.stderr
 
 
+# Each env crosses each engine (gloo: embedded; MPI: mpiexec); the other launchers carry
+# one env each, for CI time: the wire does not depend on how the ranks were started.
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_pixel_smoke_embedded_mpi(tmp_path: Path, arch: str) -> None:
     world, extra = ARCHS[arch]
-    for env in (MINATAR, PONG):
+    for env in (MINATAR,):
         d = tmp_path / env.split("/")[0]
         r = cli("run", arch, "--env", env, "--actors", ACTORS.get(arch, "1"), "--backend", "mpi",
                 *extra, *SMOKE, "--run-dir", str(d))
@@ -328,7 +330,7 @@ def test_pixel_smoke_embedded_mpi(tmp_path: Path, arch: str) -> None:
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_pixel_smoke_torchrun(tmp_path: Path, arch: str) -> None:
     world, extra = ARCHS[arch]
-    for env in (MINATAR, PONG):
+    for env in (PONG,):
         d = tmp_path / env.split("/")[0]
         torchrun(world, "run", arch, "--env", env, *extra, *SMOKE, "--run-dir", str(d))
         assert _check(d, env, "gloo", world)["launcher"] == "torchrun"

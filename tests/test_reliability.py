@@ -70,7 +70,7 @@ ASYNC = {
 def test_an_async_run_goes_on_without_a_dead_actor(tmp_path: Path, arch: str) -> None:
     args, victim = ASYNC[arch]
     d = tmp_path / "run"
-    r, _ = run_and_kill(d, [*args, "--time-limit", "8", "--total-steps", "100000000"], victim)
+    r, _ = run_and_kill(d, [*args, "--time-limit", "5", "--total-steps", "100000000"], victim)
     assert r.returncode == 0, r.stderr
     assert f"actor rank {victim} is gone" in r.stderr
     s = summary(d)

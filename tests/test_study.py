@@ -11,12 +11,12 @@ from tests.runs import cli
 def test_study_grid_writes_csv_and_png(tmp_path: Path) -> None:
     out = tmp_path / "study"
     r = cli("study", "--arch", "impala", "--mode", "sync", "--topology", "star,tree",
-            "--actors", "1,2", "--out", str(out), "--", "--total-steps", "4000",
+            "--actors", "0,2", "--out", str(out), "--", "--total-steps", "4000",
             timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = list(csv.DictReader(open(out / "study.csv")))
     assert [(x["topology"], x["actors"]) for x in rows] == [
-        ("star", "1"), ("star", "2"), ("tree", "1"), ("tree", "2")]
+        ("star", "0"), ("star", "2"), ("tree", "0"), ("tree", "2")]
     assert all(x["exit_code"] == "0" and int(x["env_steps"]) >= 4000 for x in rows)
     tree2 = rows[3]
     assert int(tree2["topology_rounds"]) > 0 and int(tree2["total_bytes_sent"]) > 0
