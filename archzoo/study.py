@@ -7,6 +7,10 @@ per rank, topology rounds). ``study.png`` plots fps and time to target per grid 
 
     archzoo study --arch impala --mode sync --topology star,tree,butterfly --actors 1,2 \\
         --out study/ -- --total-steps 300000
+
+``--straggler none,1:4`` adds points where rank 1's envs step 4x slower (Synthetic-v0's
+step cost), ``--params 1000000`` points with a model of about that many parameters (the
+MLP width closest to it); docs/topologies.md has studies made this way.
 """
 
 from __future__ import annotations
