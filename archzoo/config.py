@@ -422,9 +422,10 @@ class GorilaConfig(ApexConfig):
         return world_size - self.ps_shards - 1 - self.learners
 
     def check(self, r: Rules) -> None:
-        r.need(self.topology in (None, "star"), f"gorila cannot use --topology {self.topology}: "
-               "its actors and learners pull parameters from the parameter-server shards "
-               "(request and reply), so there is no broadcast to schedule (--topology star)")
+        r.need(self.topology in (None, "star", "native") or self.ps_shards == 1,
+               f"gorila --topology {self.topology}: the pushed broadcast to the actors "
+               f"starts from one shard holding the whole model (use --ps-shards 1, not "
+               f"{self.ps_shards})")
         r.need(self.replay_shards == 1, f"--replay-shards {self.replay_shards}: gorila has one "
                "replay memory (its own rank); leave --replay-shards at 1")
         r.at_least(self, "ps_shards", 1)

@@ -1,5 +1,5 @@
 """Asynchronous parameter broadcast over tree, butterfly and ring in the architectures that
-broadcast (async IMPALA, Ape-X), on both engines.
+broadcast (async IMPALA, Ape-X, and Gorila's server pushing to its actors), on both engines.
 
 Each actor reports in its BYE what it loaded and relayed (summary.json's params_by_rank):
 every actor loaded only increasing versions, sits where the schedule puts it (its parent
@@ -21,19 +21,23 @@ RUN = ["--actors", str(ACTORS), "--quiet", "--seed", "1", "--log-interval", "0.5
        "--comm-timeout", "30"]
 ARGS = {"impala": ["--total-steps", "40000"],
         "apex": ["--total-steps", "12000", "--replay-shards", "1", "--learning-starts", "1000",
-                 "--publish-every", "5"]}
+                 "--publish-every", "5"],
+        "gorila": ["--total-steps", "12000", "--learning-starts", "1000", "--publish-every",
+                   "5"]}
 SCHEDULE = {"tree": (3, False), "butterfly": (2, False), "ring": (2, True)}  # fanout, chain
 
 
 def members(arch: str) -> list[int]:
-    """The broadcast's ranks, learner first: IMPALA's whole world, Ape-X's without its
-    replay shard (rank 1)."""
-    return [0, *range(1, 1 + ACTORS)] if arch == "impala" else [0, *range(2, 2 + ACTORS)]
+    """The broadcast's ranks, the sender first: IMPALA's whole world, Ape-X's without its
+    replay shard (rank 1), Gorila's server (rank 0) and actors (after its replay memory
+    and learner, ranks 1 and 2)."""
+    first = {"impala": 1, "apex": 2, "gorila": 3}[arch]
+    return [0, *range(first, first + ACTORS)]
 
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 @pytest.mark.parametrize("topology", ["tree", "butterfly", "ring"])
-@pytest.mark.parametrize("arch", ["impala", "apex"])
+@pytest.mark.parametrize("arch", ["impala", "apex", "gorila"])
 def test_async_broadcast(tmp_path: Path, arch: str, topology: str, backend: str) -> None:
     d = tmp_path / "run"
     r = cli("run", arch, "--backend", backend, "--topology", topology, "--fanout", "3",

@@ -51,7 +51,8 @@ def test_mpiexec(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv,needle", [
     (["--staleness", "-2"], "--staleness"),
     (["--learners", "0"], "--learners"),
-    (["--topology", "ring"], "cannot use --topology ring"),
+    (["--topology", "ring", "--ps-shards", "2"], "--ps-shards 1"),
+    (["--topology", "native"], "cannot use --topology native"),
     (["--device", "cuda"], "gorila's learner ranks compute on the CPU"),
 ])
 def test_bad_input(argv: list[str], needle: str, capsys) -> None:

@@ -67,7 +67,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
     Architecture("gorila", "archzoo.architectures.gorila", C.GorilaConfig,
                  "Gorila: actors, a replay memory, L learners and a sharded parameter server",
                  "0..K-1 PS shards; K replay; then L learners; then actors", ("async",),
-                 ("star",)),
+                 ("star", "tree", "butterfly", "ring")),
     Architecture("gala", "archzoo.architectures.gala", C.GalaConfig,
                  "GALA/PALA: A2C agents averaging their models by gossip over a ring",
                  "0..N-1 agents (0 also keeps the learning curve)", ("async",), ("ring",)),

@@ -26,7 +26,7 @@ import numpy as np
 from actors.evaluation import GreedyEvaluator
 from actors.transitions import TransitionActor, epsilon
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel
+from archzoo.comm import ControlChannel, Message
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
 from archzoo.envs import EnvSpec
@@ -34,13 +34,23 @@ from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import run_shards, shard_stats
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
+from archzoo.topology.star import params_schema
 from learners.dqn import dqn_gradient
 from paramserver import ParamShard, PSClient, PSTags, make_optimizer, ps_schemas, shard_bounds
 from replay.server import RateLimiter, ReplayServer, ShardedReplayClient
 
 PS_TAGS = PSTags.at(20)
-APPLIED = ("gradients learner->shards, parameters shards->learners/actors, transitions "
+STREAMS = ("gradients learner->shards, parameters shards->learners, transitions "
            "actor->replay, samples replay->learner: point-to-point")
+
+
+def applied(cfg: GorilaConfig) -> str:
+    """How parameters reach the actors (summary.json's topology_applied)."""
+    if cfg.topology == "star":
+        return f"parameters shards->actors point-to-point (pulled); {STREAMS}"
+    return (f"parameters shard->actors pushed over "
+            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; {STREAMS}")
 
 
 def roles(cfg: GorilaConfig, world: int) -> tuple[list[int], int, list[int], list[int]]:
@@ -91,9 +101,14 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
     shard = ParamShard(t, flat[lo:hi], learners + actors, make_optimizer("adam", cfg.lr),
                        PS_TAGS, mode="async", staleness=cfg.staleness)
+    publisher = None
+    if cfg.topology != "star" and ctx.rank == 0:  # one shard: push to the actors' tree
+        publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, params_schema(len(flat)),
+                                    actors, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
     end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), model,
                      builders.policy_meta(cfg, spec), shards,
-                     actors=actors, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes)
+                     actors=actors, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
+                     publisher=publisher, publish_every=cfg.publish_every)
     if end is None:
         return None
     set_flat(model, end.final["params"])
@@ -106,8 +121,9 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
                 "replay" if r == replay else "shard") for r in end.byes}
     return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
                               meta=builders.policy_meta(cfg, spec), updates=shard.version,
-                              topology="star", applied=APPLIED, byes=end.byes, role=role.get,
-                              extra=extra)
+                              topology=cfg.topology, applied=applied(cfg), byes=end.byes,
+                              role=role.get, extra={**extra, "params_messages_root": (
+                                  publisher.messages() if publisher else None)})
 
 
 def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: list[int]) -> None:
@@ -187,6 +203,16 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     out = DoubleBuffer(t, builders.transitions(cfg, spec), replay,
                        harness.TAG_TRANSITIONS, "transitions")
     reporter = harness.StatsReporter(control, 0)
+    pushed = None  # --topology tree|butterfly|ring: shard 0 pushes, the actors relay
+
+    def load(msg: Message) -> None:
+        set_flat(model, msg["params"])
+        actor.version = int(msg["version"])
+
+    if cfg.topology != "star":
+        pushed = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(num_params(model)),
+                                  0, load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
+                                  [0, *actors])
     k = 0
     try:
         while True:
@@ -194,7 +220,9 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
             actor.collect(out.next(on_poll=lc.raise_if_stopped), cfg.actor_batch)
             out.send()
             k += 1
-            if k % cfg.param_sync_every == 0:
+            if pushed is not None:
+                pushed.take_newest()
+            elif k % cfg.param_sync_every == 0:
                 params, versions = ps.sync()
                 set_flat(model, params)
                 actor.version = int(versions[0])
@@ -205,10 +233,12 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
         pass
     out.flush()
     ps.close()
-    harness.finish_leaf(ctx, control, lc, 0, {"timing": {"env": actor.env_s,
-                                                         "inference": actor.inference_s,
-                                                         "wait": t.wait_s},
-                                              "epsilon": eps, "bytes": t.counters.totals()},
-                        drain=lambda: None)
+    stats = {"timing": {"env": actor.env_s, "inference": actor.inference_s, "wait": t.wait_s},
+             "epsilon": eps, "bytes": t.counters.totals()}
+    if pushed is not None:
+        stats["params"] = pushed.stats()
+    harness.finish_leaf(ctx, control, lc, 0, stats,
+                        drain=pushed.take_newest if pushed else lambda: None,
+                        settle=pushed.settle if pushed else None)
     actor.close()
     evaluator.close()

@@ -47,13 +47,17 @@ class ShardRun:
 
 def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], model: Any,
                meta: dict[str, Any], shards: list[int], actors: list[int],
-               eval_window: int | None = None) -> ShardRun | None:
+               eval_window: int | None = None, publisher: Any = None,
+               publish_every: int = 1) -> ShardRun | None:
     """Serve this rank's slice until the stop; on shard 0 return the run's outcome.
 
     ``model`` (with ``meta``) is the network the parameters belong to; ``actors`` the
     workers whose death an asynchronous run survives. With one shard, shard 0 holds the
     whole model: it checkpoints it (``--resume`` goes on from there) and a failed run
-    keeps it as policy.pt."""
+    keeps it as policy.pt. ``publisher`` (one shard only: a
+    :class:`~archzoo.topology.broadcast.ParamsBroadcast`) also pushes the parameters to
+    the actors every ``publish_every`` versions, over the run's topology (Gorila's actors
+    with ``--topology tree``)."""
     n_params = num_params(model)
     cfg, t = ctx.cfg, ctx.transport
     bounds = shard_bounds(n_params, len(shards))
@@ -90,9 +94,26 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
     survivors = Survivors(0, actors if cfg.mode == "async" else [], cfg.min_actors,
                           mon.elapsed)
     survivors.on_drop(control.drop)
-    stop = serve_and_monitor(ctx, control, mon, shard.serve, lambda: shard.version, survivors)
-    byes = finish_root(ctx, control, leaves, drain=shard.serve,
-                       outstanding=lambda: shard.run(timeout_s=cfg.comm_timeout),
+    serve, outstanding = shard.serve, lambda: shard.run(timeout_s=cfg.comm_timeout)
+    if publisher is not None:
+        survivors.on_drop(publisher.drop)
+        published = [None]
+
+        def serve() -> bool:  # noqa: F811 - serve, then push a new enough version
+            busy = shard.serve()
+            v = shard.version
+            if published[0] is None or v >= published[0] + publish_every:
+                publisher.latest["params"][:] = shard.params
+                survivors.guard(lambda: publisher.publish(v), "sending parameters")
+                published[0] = v
+            survivors.guard(publisher.pump, "sending parameters")
+            return busy
+
+        def outstanding() -> None:  # noqa: F811 - the tree's final version too
+            shard.run(timeout_s=cfg.comm_timeout)
+            publisher.wait_all(cfg.comm_timeout)
+    stop = serve_and_monitor(ctx, control, mon, serve, lambda: shard.version, survivors)
+    byes = finish_root(ctx, control, leaves, drain=serve, outstanding=outstanding,
                        survivors=survivors)
     final = params_schema(n_params).new()
     final["params"][slice(*bounds[0])] = shard.params
