@@ -19,10 +19,10 @@ from tests.runs import cli, load_run
 ACTORS = 4
 RUN = ["--actors", str(ACTORS), "--quiet", "--seed", "1", "--log-interval", "0.5",
        "--comm-timeout", "30"]
-ARGS = {"impala": ["--total-steps", "40000"],
-        "apex": ["--total-steps", "12000", "--replay-shards", "1", "--learning-starts", "1000",
+ARGS = {"impala": ["--total-steps", "24000"],
+        "apex": ["--total-steps", "8000", "--replay-shards", "1", "--learning-starts", "1000",
                  "--publish-every", "5"],
-        "gorila": ["--total-steps", "12000", "--learning-starts", "1000", "--publish-every",
+        "gorila": ["--total-steps", "8000", "--learning-starts", "1000", "--publish-every",
                    "5"]}
 SCHEDULE = {"tree": (3, False), "butterfly": (2, False), "ring": (2, True)}  # fanout, chain
 
