@@ -3,11 +3,16 @@
     archzoo bench comm [--backend gloo,mpi] [--procs 2,3] [--sizes 1KB,1MiB,16MiB]
                        [--ops all_reduce,broadcast] [--topologies star,tree,butterfly,ring,native]
                        [--fanout 2] [--iters N] [--repeats R] [--timeout S] [--out DIR]
+                       [--link loopback,netns:1gbit]
 
-For each (backend, N) the parent (no torch import) starts one job of N ranks running
-``python -m archzoo.benchcomm --worker ...``: gloo as N subprocesses on loopback with
-``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (as archzoo.launcher.run_gloo does), MPI
-under the venv's ``mpiexec -n N``. Each rank makes its transport and, for every op and size:
+For each (backend, N) the parent (no torch import) starts one job of N ranks running ``python
+-m archzoo.benchcomm --worker ...``: gloo as N subprocesses on loopback with
+``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (as archzoo.launcher.run_gloo does),
+MPI under the venv's ``mpiexec -n N``. With ``--link netns[:RATE]`` the N ranks are split over
+two simulated hosts (:mod:`archzoo.simhosts`; the link shaped to RATE) and started as on two
+machines (:mod:`archzoo.multinode`: torchrun per host, or mpiexec with a host file); the table,
+the fit and the figure keep each link apart (``gloo over netns:1gbit``). Each rank makes its
+transport and, for every op and size:
 
 - one *verified* call per topology (result checked against numpy; its counter deltas give the
   messages and bytes each rank sent and the rounds it took part in, for exactly one call);
@@ -37,7 +42,9 @@ reported with the tail of its output and the exit code is 1. Bad flags: one line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import itertools
 import json
 import math
 import os
@@ -64,12 +71,13 @@ DEFAULT_SIZES = "1KB,1MiB,16MiB"
 DEFAULT_ITERS = 100
 DEFAULT_REPEATS = 5
 SMALL = 64 << 10  # sizes up to this use the full --iters
+_PORTS = itertools.count(29400)  # rendezvous ports on simulated hosts (fresh per link)
 GRACE_S = 15.0  # after one rank fails, the others get this long to notice before being killed
 STARTUP_S = 120.0
 UNITS = {"b": 1, "kb": 10 ** 3, "kib": 1 << 10, "mb": 10 ** 6, "mib": 1 << 20,
          "gb": 10 ** 9, "gib": 1 << 30}
 CSV_FIELDS = [
-    "backend", "procs", "op", "size_bytes", "topology", "iters", "repeats", "timed",
+    "backend", "link", "procs", "op", "size_bytes", "topology", "iters", "repeats", "timed",
     "time_s", "time_median_s", "time_max_s", "ratio_native", "rounds_max", "msgs_max", "bytes_max",
     "bytes_total", "rounds_per_rank", "msgs_per_rank", "bytes_per_rank",
     "expected_rounds_per_rank", "expected_msgs_per_rank", "counts_ok", "model_s",
@@ -97,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topologies", default=",".join(TOPOLOGIES),
                    help="topologies, comma-separated (native = the engine's own collective)")
     p.add_argument("--fanout", type=int, default=2, help="tree fan-out / butterfly radix m")
+    p.add_argument("--link", default="loopback",
+                   help="links, comma-separated: loopback (one host), netns (the N ranks split "
+                   "over two simulated hosts, archzoo.simhosts; needs root) or netns:RATE (that "
+                   "link shaped to RATE, e.g. netns:1gbit)")
     p.add_argument("--iters", type=int, default=DEFAULT_ITERS,
                    help="timed calls per turn at <= 64 KiB (fewer for larger sizes)")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
@@ -169,6 +181,16 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     if len(set(args.size_list)) != len(args.size_list):
         raise UsageError(f"--sizes: repeated sizes in {args.sizes!r}")
     args.op_list = _split(args.ops, "--ops", OPS)
+    args.link_list = _split(args.link, "--link")
+    for link in args.link_list:
+        if link != "loopback" and link.split(":")[0] != "netns":
+            raise UsageError(f"--link: unknown {link!r} (loopback, netns or netns:RATE)")
+    if args.worker is None and any(x != "loopback" for x in args.link_list):
+        from archzoo.simhosts import unavailable
+
+        why = unavailable()
+        if why:
+            raise UsageError(f"--link {args.link}: simulated hosts cannot be made here: {why}")
     args.topology_list = _split(args.topologies, "--topologies", TOPOLOGIES)
     for flag, value, low in (("--fanout", args.fanout, 2), ("--iters", args.iters, 1),
                              ("--repeats", args.repeats, 1)):
@@ -345,8 +367,11 @@ def _kill(p: subprocess.Popen) -> None:
     p.wait()
 
 
-def run_job(backend: str, n: int, worker_argv: list[str], limit_s: float) -> tuple[int, str]:
-    """Run one job of ``n`` ranks; (exit code, combined output). 124 if it ran past limit_s."""
+def run_job(backend: str, n: int, worker_argv: list[str], limit_s: float,
+            hosts: Any = None) -> tuple[int, str]:
+    """Run one job of ``n`` ranks; (exit code, combined output). 124 if it ran past limit_s.
+    ``hosts`` (:class:`archzoo.simhosts.SimHosts`): split the ranks over them, started as
+    on separate machines (archzoo.multinode)."""
     cmd = [sys.executable, "-m", "archzoo.benchcomm", "--worker", backend, *worker_argv]
     env = _env()
     files = []
@@ -359,7 +384,19 @@ def run_job(backend: str, n: int, worker_argv: list[str], limit_s: float) -> tup
                                       stdin=subprocess.DEVNULL, start_new_session=True))
 
     try:
-        if backend == "mpi":
+        if hosts is not None:
+            from archzoo import multinode
+
+            slots = multinode.spread(n, len(hosts.hosts))
+            e = multinode.cross_env(backend, env)
+            if backend == "gloo":
+                for c in multinode.torchrun_commands(hosts, slots, cmd[1:], next(_PORTS)):
+                    start(c, e)
+            else:
+                tmp = tempfile.mkdtemp(prefix="archzoo-bench-")
+                start(multinode.mpiexec_command(hosts, slots, cmd[1:], Path(tmp, "hosts.txt")),
+                      e)
+        elif backend == "mpi":
             from archzoo.launcher import find_mpiexec
 
             start([find_mpiexec() or "mpiexec", "-n", str(n), *cmd], env)
@@ -449,6 +486,13 @@ def fit_alpha_beta(rounds, nbytes, times) -> dict[str, float]:
             "median_rel_err": float(np.median(np.abs(model - t) / t))}
 
 
+def engine(row: dict) -> str:
+    """A row's engine and link, as the table, fit and figure group them: ``gloo`` on
+    loopback, ``gloo over netns:1gbit`` across simulated hosts."""
+    link = row.get("link", "loopback")
+    return row["backend"] if link == "loopback" else f"{row['backend']} over {link}"
+
+
 def build_rows(raw_rows: list[dict], fanout: int) -> list[dict[str, Any]]:
     """Summarise the workers' rows: best time, ratio to native, maxima, formula check."""
     from archzoo.topology.counts import expected_counts
@@ -456,9 +500,10 @@ def build_rows(raw_rows: list[dict], fanout: int) -> list[dict[str, Any]]:
     rows = []
     for w in raw_rows:
         times = [x for x in w["times_s"] if x > 0]
-        row = {k: w[k] for k in ("backend", "procs", "op", "size_bytes", "topology", "iters",
+        row = {"link": w.get("link", "loopback")}
+        row.update({k: w[k] for k in ("backend", "procs", "op", "size_bytes", "topology", "iters",
                                  "repeats", "timed", "rounds_per_rank", "msgs_per_rank",
-                                 "bytes_per_rank")}
+                                 "bytes_per_rank")})
         row["time_s"] = min(times) if times else None  # noise on a shared machine only adds
         row["time_median_s"] = statistics.median(times) if times else None
         row["time_max_s"] = max(times) if times else None
@@ -477,26 +522,26 @@ def build_rows(raw_rows: list[dict], fanout: int) -> list[dict[str, Any]]:
             row["counts_ok"] = (row["expected_msgs_per_rank"] == w["msgs_per_rank"]
                                 and row["expected_rounds_per_rank"] == w["rounds_per_rank"])
         rows.append(row)
-    natives = {(r["backend"], r["procs"], r["op"], r["size_bytes"]): r["time_s"]
+    natives = {(engine(r), r["procs"], r["op"], r["size_bytes"]): r["time_s"]
                for r in rows if r["topology"] == "native"}
     for r in rows:
-        nat = natives.get((r["backend"], r["procs"], r["op"], r["size_bytes"]))
+        nat = natives.get((engine(r), r["procs"], r["op"], r["size_bytes"]))
         r["ratio_native"] = (r["time_s"] / nat) if (r["time_s"] and nat) else None
     return rows
 
 
 def fit_engines(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """One α–β fit per backend over the timed rows of the explicit topologies."""
+    """One α–β fit per engine (and link) over the timed rows of the explicit topologies."""
     fits = {}
-    for be in dict.fromkeys(r["backend"] for r in rows):
-        use = [r for r in rows if r["backend"] == be and r["topology"] in EXPLICIT
+    for be in dict.fromkeys(engine(r) for r in rows):
+        use = [r for r in rows if engine(r) == be and r["topology"] in EXPLICIT
                and r["time_s"]]
         if len(use) < 2:
             continue
         fits[be] = fit_alpha_beta([r["rounds_max"] for r in use], [r["bytes_max"] for r in use],
                                   [r["time_s"] for r in use])
     for r in rows:
-        f = fits.get(r["backend"])
+        f = fits.get(engine(r))
         r["model_s"] = (f["alpha_s"] * r["rounds_max"] + f["inv_beta_s_per_byte"] * r["bytes_max"]
                         if f and r["topology"] in EXPLICIT else None)
     return fits
@@ -541,7 +586,7 @@ def aim_lines(rows: list[dict]) -> list[str]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r["op"] == "all_reduce" and r["time_s"]:
-            groups.setdefault((r["backend"], r["procs"], r["size_bytes"]), []).append(r)
+            groups.setdefault((engine(r), r["procs"], r["size_bytes"]), []).append(r)
     for (be, n, size), rs in sorted(groups.items()):
         nat = next((r for r in rs if r["topology"] == "native"), None)
         exp = [r for r in rs if r["topology"] in EXPLICIT]
@@ -552,7 +597,7 @@ def aim_lines(rows: list[dict]) -> list[str]:
         head = (f"  {be} N={n} {fmt_size(size)}: best explicit {best['topology']} "
                 f"{fmt_time(best['time_s'])} = {ratio:.2f}× native {fmt_time(nat['time_s'])}")
         checks = []
-        if be == "gloo":
+        if nat["backend"] == "gloo":
             checks.append(f"≤ 1.0×: {'met' if ratio <= 1.0 else 'not met'}")
         else:
             if n == 2:
@@ -574,9 +619,9 @@ def markdown(rows: list[dict], fits: dict, fanout: int) -> str:
              "rounds: most any rank took part in; msgs: most one rank sent; bytes: all ranks' "
              "sends per call; counts: measured messages and rounds of every rank = the formulas "
              "of archzoo.topology.counts. Native counts are the engine's own (not seen).", ""]
-    for be in dict.fromkeys(r["backend"] for r in rows):
+    for be in dict.fromkeys(engine(r) for r in rows):
         for op in dict.fromkeys(r["op"] for r in rows):
-            sel = [r for r in rows if r["backend"] == be and r["op"] == op]
+            sel = [r for r in rows if engine(r) == be and r["op"] == op]
             if not sel:
                 continue
             lines += [f"## {be} {op}", "",
@@ -615,7 +660,7 @@ def figure(rows: list[dict], path: Path) -> bool:
         from matplotlib.ticker import NullLocator
     except ImportError:
         return False
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    backends = list(dict.fromkeys(engine(r) for r in rows))
     ops = list(dict.fromkeys(r["op"] for r in rows))
     topologies = list(dict.fromkeys(r["topology"] for r in rows))
     procs = sorted({r["procs"] for r in rows if r["time_s"]})
@@ -630,7 +675,7 @@ def figure(rows: list[dict], path: Path) -> bool:
             for name in topologies:
                 for n in procs:
                     pts = sorted((r["size_bytes"], r["time_s"]) for r in rows
-                                 if (r["backend"], r["op"], r["topology"], r["procs"])
+                                 if (engine(r), r["op"], r["topology"], r["procs"])
                                  == (be, op, name, n) and r["time_s"])
                     if pts:
                         xs, ys = zip(*pts, strict=True)
@@ -662,16 +707,32 @@ def _say(msg: str) -> None:
     print(f"[bench comm] {msg}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _hosts(link: str):
+    """Two simulated hosts for a ``netns[:RATE]`` link (removed afterwards); None for
+    loopback."""
+    if link == "loopback":
+        yield None
+        return
+    from archzoo.simhosts import SimHosts
+
+    rate = link.split(":", 1)[1] if ":" in link else None
+    with SimHosts(2, rate) as sim:
+        yield sim
+
+
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"bench-comm-{time.strftime('%Y%m%d-%H%M%S')}")
     (out / "raw").mkdir(parents=True, exist_ok=True)
     raw_rows: list[dict] = []
     failed = []
     t_all = time.monotonic()
-    for be in args.backends:  # one job at a time: the machine is small
-        for n in args.procs_list:
+    for link, be, n in ((x, b, n) for x in args.link_list for b in args.backends
+                        for n in args.procs_list):  # one job at a time: the machine is small
+        with _hosts(link) as hosts:
             timed = n <= timed_limit()
-            path = out / "raw" / f"{be}-n{n}.json"
+            tag = "" if link == "loopback" else "-" + link.replace(":", "-")
+            path = out / "raw" / f"{be}-n{n}{tag}.json"
             path.unlink(missing_ok=True)
             wargs = ["--topologies", ",".join(args.topology_list), "--ops", ",".join(args.op_list),
                      "--sizes", ",".join(str(s) for s in args.size_list),
@@ -679,16 +740,17 @@ def run(args: argparse.Namespace) -> int:
                      "--repeats", str(args.repeats), "--timeout", str(args.timeout),
                      "--timed", str(int(timed)), "--json", str(path)]
             t0 = time.monotonic()
-            _say(f"{be} N={n}{'' if timed else ' (counts only)'} ...")
-            rc, output = run_job(be, n, wargs, _job_limit(args, n))
+            name = f"{be} N={n}" + ("" if link == "loopback" else f" over {link}")
+            _say(f"{name}{'' if timed else ' (counts only)'} ...")
+            rc, output = run_job(be, n, wargs, _job_limit(args, n), hosts)
             if rc == 0 and path.is_file():
-                raw_rows += json.loads(path.read_text())["rows"]
-                _say(f"{be} N={n} done in {time.monotonic() - t0:.1f} s")
+                raw_rows += [dict(r, link=link) for r in json.loads(path.read_text())["rows"]]
+                _say(f"{name} done in {time.monotonic() - t0:.1f} s")
             else:
                 why = "ran past its time limit" if rc == 124 else f"exit code {rc}"
-                failed.append(f"{be} N={n}")
+                failed.append(name)
                 tail = "\n".join(output.strip().splitlines()[-15:])
-                print(f"archzoo: error: bench comm {be} N={n} failed ({why}):\n{tail}",
+                print(f"archzoo: error: bench comm {name} failed ({why}):\n{tail}",
                       file=sys.stderr, flush=True)
     if not raw_rows:
         return 1

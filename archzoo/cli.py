@@ -327,7 +327,9 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available "
                              "(use --device auto or cpu)")
-    if cfg.run_dir is not None:
+    if cfg.run_dir is not None and launch.rank == 0:
+        # only rank 0 writes the run directory; on other hosts it may not exist, or (a shared
+        # file system) rank 0 may have made it already
         check_run_dir(cfg)
     if cfg.run_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")

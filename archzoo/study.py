@@ -8,9 +8,12 @@ per rank, topology rounds). ``study.png`` plots fps and time to target per grid 
     archzoo study --arch impala --mode sync --topology star,tree,butterfly --actors 1,2 \\
         --out study/ -- --total-steps 300000
 
-``--straggler none,1:4`` adds points where rank 1's envs step 4x slower (Synthetic-v0's
-step cost), ``--params 1000000`` points with a model of about that many parameters (the
-MLP width closest to it); docs/topologies.md has studies made this way.
+``--link netns:1gbit`` runs each point across two simulated hosts (archzoo.simhosts, a 1 Gbit/s
+link; needs root): the servers (learner, ...) alone on host 0, the actors on host 1, started as
+on two machines (archzoo.multinode). ``--straggler none,1:4`` adds points where rank 1's envs
+step 4x slower (Synthetic-v0's step cost), ``--params 1000000`` points with a model of about
+that many parameters (the MLP width closest to it); docs/topologies.md has studies made this
+way.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-COLUMNS = ("arch", "topology", "actors", "backend", "mode", "seed", "straggler", "params",
+COLUMNS = ("arch", "topology", "actors", "backend", "link", "mode", "seed", "straggler",
+           "params",
            "hidden", "exit_code", "solved",
            "time_to_target_s", "env_steps_to_target", "env_steps", "fps", "final_mean_return",
            "eval_mean_return", "world_size", "topology_rounds", "root_msgs_sent",
@@ -57,6 +61,9 @@ def build_parser(parser_class=argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--params", type=_csv_list(int), default=[0],
                    help="model sizes in parameters (0: the architecture's --hidden); each "
                    "becomes the MLP width whose model is closest to it")
+    p.add_argument("--link", type=_csv_list(str), default=["loopback"],
+                   help="loopback (one host) or netns[:RATE] per point: the actors on a second "
+                   "simulated host behind a link shaped to RATE (e.g. netns:1gbit; needs root)")
     p.add_argument("--out", required=True, help="directory for study.csv, study.png, runs/")
     return p
 
@@ -117,6 +124,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r['topology']}\n{r['actors']}a {r['backend']}\n{r['mode']} s{r['seed']}"
+              + (f"\n{r['link']}" if r.get("link", "loopback") != "loopback" else "")
               + (f"\nslow {r['straggler']}" if r.get("straggler") not in (None, "none")
                  else "") for r in rows]
     fig, axes = plt.subplots(1, 4, figsize=(max(13, 2.2 * len(rows)), 4.5))
@@ -138,6 +146,33 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def run_local(cmd: list[str]) -> tuple[int, str]:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode, r.stderr
+
+
+def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, str]:
+    """``cmd`` (``python -m archzoo run ...``) across two simulated hosts: its servers on
+    host 0, its actors on host 1; (exit code, output)."""
+    from archzoo import multinode
+    from archzoo.cli import parse_run
+    from archzoo.simhosts import SimHosts, unavailable
+
+    why = unavailable()
+    if why:
+        return 2, f"--link {link}: simulated hosts cannot be made here: {why}"
+    argv = cmd[3:]  # after python -m archzoo
+    world = parse_run(argv)[0].world_size(actors)
+    backend = argv[argv.index("--backend") + 1]
+    rate = link.split(":", 1)[1] if ":" in link else None
+    with SimHosts(2, rate) as sim, log.open("w+") as f:
+        procs = multinode.start(sim, [world - actors, actors], backend, cmd[1:], log.parent,
+                                env=None, stdout=f, stderr=subprocess.STDOUT)
+        code = multinode.wait(procs, 3600)
+        f.seek(0)
+        return code, f.read()
+
+
 def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
     if "--" in argv:
         i = argv.index("--")
@@ -149,17 +184,21 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
     a = build_parser(parser_class).parse_args(argv)
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    for link in a.link:
+        if link != "loopback" and link.split(":")[0] != "netns":
+            parser_class().error(f"--link: unknown {link!r} (loopback, netns or netns:RATE)")
     grid = list(itertools.product(a.topology, a.actors, a.backend, a.mode, a.seeds,
-                                  a.straggler, a.params))
+                                  a.straggler, a.params, a.link))
     rows = []
-    for k, (topo, actors, backend, mode, seed, slow, params) in enumerate(grid, 1):
+    for k, (topo, actors, backend, mode, seed, slow, params, link) in enumerate(grid, 1):
         hidden = hidden_for_params(params, extra) if params else None
         point = {"arch": a.arch, "topology": topo, "actors": actors, "backend": backend,
                  "mode": mode, "seed": seed, "straggler": slow, "params": params or None,
-                 "hidden": hidden}
+                 "hidden": hidden, "link": link}
         name = f"{dir_name(a.arch)}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
         name += (f"-slow{slow.replace(':', 'x')}" if slow != "none" else "") + \
-            (f"-p{params}" if params else "")
+            (f"-p{params}" if params else "") + \
+            (f"-{link.replace(':', '-')}" if link != "loopback" else "")
         run_dir = out / "runs" / name
         cmd = [sys.executable, "-m", "archzoo", "run", a.arch, "--topology", topo,
                "--actors", str(actors), "--backend", backend, "--mode", mode,
@@ -169,12 +208,13 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
         if hidden:
             cmd += ["--hidden", str(hidden)]
         t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        err = r.stderr.strip().splitlines()[-1] if r.returncode and r.stderr.strip() else ""
-        rows.append(row_from_summary(point, r.returncode, run_dir))
+        code, stderr = (run_local(cmd) if link == "loopback"
+                        else run_across(cmd, link, actors, out / "runs" / f"{name}.log"))
+        err = stderr.strip().splitlines()[-1] if code and stderr.strip() else ""
+        rows.append(row_from_summary(point, code, run_dir))
         print(f"[study {k}/{len(grid)}] {topo} actors={actors} {backend} {mode} seed={seed} "
-              f"straggler={slow} params={params or '-'}: "
-              f"exit {r.returncode} in {time.time() - t0:.1f}s {err}", flush=True)
+              f"straggler={slow} params={params or '-'} link={link}: "
+              f"exit {code} in {time.time() - t0:.1f}s {err}", flush=True)
     with open(out / "study.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()

@@ -3,7 +3,8 @@
 - :mod:`archzoo.harness.protocol`: message tags, a rank's context, the start-up
   handshake (schema digests) and the stop-and-drain protocol;
 - :mod:`archzoo.harness.stats`: episode statistics from the leaves to the Monitor;
-- :mod:`archzoo.harness.finish`: the run directory, summary.json and policy.pt.
+- :mod:`archzoo.harness.finish`: the run directory, summary.json and policy.pt;
+- :mod:`archzoo.harness.placement`: where each rank runs (host, namespace, version).
 """
 
 from archzoo.harness.finish import (

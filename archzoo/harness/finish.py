@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from archzoo import checkpoint
 from archzoo.comm import Transport
+from archzoo.harness import placement
 from archzoo.harness.protocol import RankContext
 from archzoo.launcher import mark_started
 from archzoo.runlog import Monitor, RunDir
@@ -194,7 +195,9 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
         "bytes_sent_per_env_step": sum(  # every rank's sends, per env step of the run
             b.get("bytes_sent", 0) for b in extra.get("per_rank_bytes", {"0": totals}).values()
         ) / max(1, mon.env_steps),
-        "time_breakdown_s": timers, **extra,
+        "time_breakdown_s": timers,
+        "hosts_by_rank": placement.hosts_by_rank() if t else {},
+        **extra,
     }
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
 from archzoo.comm.factory import Launch
 from archzoo.config import RunConfig
+from archzoo.harness import placement
 
 TAG_CONTROL = 1
 TAG_PARAMS = 2
@@ -64,7 +65,8 @@ class RankContext:
 
 def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict[str, str],
                    timeout_s: float) -> dict[int, dict[str, Any]]:
-    """Collect every leaf's HELLO, check schema digests, answer WELCOME (or ABORT and raise)."""
+    """Collect every leaf's HELLO, check the archzoo version and the schema digests, answer
+    WELCOME (or ABORT and raise). Where each leaf runs is kept for summary.json."""
     hellos: dict[int, dict[str, Any]] = {}
     problems = []
     for leaf in leaves:
@@ -72,6 +74,10 @@ def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict
         if msg.get("type") != "hello":
             raise SchemaMismatch(f"rank {leaf} sent {msg.get('type')!r} instead of hello")
         hellos[leaf] = msg
+        version_problem = placement.record(leaf, msg.get("place"))
+        if version_problem:
+            problems.append(version_problem)
+            continue
         for name, d in digests.items():
             if msg.get("digests", {}).get(name) != d:
                 problems.append(f"rank {leaf}'s {name!r} message schema differs from rank 0's")
@@ -86,7 +92,8 @@ def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict
 
 def handshake_leaf(control: ControlChannel, root: int, digests: dict[str, str],
                    timeout_s: float, extra: dict[str, Any] | None = None) -> None:
-    control.send(root, {"type": "hello", "digests": digests, **(extra or {})})
+    control.send(root, {"type": "hello", "digests": digests, "place": placement.here(),
+                        **(extra or {})})
     reply = control.recv_from(root, timeout_s)
     if reply.get("type") != "welcome":
         raise SchemaMismatch(reply.get("reason", f"rank {root} refused: {reply}"))

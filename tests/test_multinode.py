@@ -1,0 +1,203 @@
+"""Runs that cross a machine boundary: two simulated hosts (network namespaces on a veth
+switch, archzoo.simhosts), every architecture under torchrun (one per host) and under
+mpiexec (hydra starting the other host's ranks through the namespace launcher).
+
+Each run proves it crossed: summary.json's ``hosts_by_rank`` puts every rank in the
+namespace the launcher's placement says, and the hosts' interface counters moved. Skipped
+only where namespaces cannot be made (not root, no iproute2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from archzoo import multinode
+from archzoo.simhosts import SimHosts, unavailable
+from tests.runs import clean_env, load_run
+
+WHY = unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"simulated hosts: {WHY}")
+_PORTS = itertools.count(29600)
+
+# every architecture, 4 processes (2 per host), briefly
+SMOKE: dict[str, list[str]] = {
+    "impala": [],
+    "apex": ["--replay-shards", "1", "--learning-starts", "500"],
+    "a3c": [],
+    "gorila": [],
+    "gala": [],
+    "seed": [],
+    "ga3c": [],
+}
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    with SimHosts(2) as sim:
+        yield sim
+    assert not SimHosts.leftovers(sim.prefix), "a namespace was left behind"
+
+
+def cross(sim: SimHosts, backend: str, slots: list[int], argv: list[str], tmp: Path,
+          timeout_s: float = 120) -> tuple[int, str]:
+    """Run ``archzoo ARGV`` across the hosts; (exit code, output)."""
+    log = (tmp / "out.log").open("w+")
+    procs = multinode.start(sim, slots, backend, ["-m", "archzoo", *argv], tmp,
+                            port=next(_PORTS), env=clean_env(), stdout=log,
+                            stderr=subprocess.STDOUT)
+    code = multinode.wait(procs, timeout_s)
+    log.seek(0)
+    return code, log.read()
+
+
+def placed(summary: dict, sim: SimHosts, slots: list[int]) -> None:
+    """Every rank ran on the host the launcher's order gives it."""
+    want = [sim[i].name for i, k in enumerate(slots) for _ in range(k)]
+    got = {int(r): p["netns"] for r, p in summary["hosts_by_rank"].items()}
+    assert got == dict(enumerate(want)), got
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+@pytest.mark.parametrize("arch", list(SMOKE))
+def test_every_architecture_across_two_hosts(hosts: SimHosts, tmp_path: Path, arch: str,
+                                              backend: str) -> None:
+    d = tmp_path / "run"
+    before = hosts[1].link_bytes()
+    code, out = cross(hosts, backend, [2, 2],
+                      ["run", arch, "--backend", backend, "--total-steps", "6000", "--quiet",
+                       "--run-dir", str(d), *SMOKE[arch]], tmp_path)
+    assert code == 0, out[-3000:]
+    s = load_run(d)
+    assert s["world_size"] == 4 and s["backend"] == backend
+    assert s["launcher"] == ("torchrun" if backend == "gloo" else "mpiexec")
+    placed(s, hosts, [2, 2])
+    rx, tx = (a - b for a, b in zip(hosts[1].link_bytes(), before, strict=True))
+    assert rx > 50_000 and tx > 50_000, (rx, tx)  # the model out, the experience back
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_learner_alone_on_one_host(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
+    """slots choose the placement: the learner alone on host 0, three actors on host 1."""
+    d = tmp_path / "run"
+    code, out = cross(hosts, backend, [1, 3],
+                      ["run", "impala", "--backend", backend, "--total-steps", "6000",
+                       "--quiet", "--run-dir", str(d)], tmp_path)
+    assert code == 0, out[-3000:]
+    placed(load_run(d), hosts, [1, 3])
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_host_b_dies(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
+    """Every process on host 1 (two actors, their launcher) is killed mid-run.
+
+    torchrun: async IMPALA's learner on host 0 carries on with the actor there and ends
+    the run (summary.json counts the two dead actors); node 0's torchrun agent then waits
+    in its exit barrier for the dead node's agent (300 s, fixed in torch), so the test
+    ends it once its workers are gone. mpiexec: hydra ends the whole job when a host's
+    proxy dies, as on one machine. Either way no process is left on either host."""
+    d = tmp_path / "run"
+    log = (tmp_path / "out.log").open("w+")
+    procs = multinode.start(hosts, [2, 2], backend,
+                            ["-m", "archzoo", "run", "impala", "--backend", backend,
+                             "--mode", "async", "--total-steps", "10000000", "--time-limit", "15",
+                             "--comm-timeout", "10", "--quiet", "--run-dir", str(d)],
+                            tmp_path, port=next(_PORTS), env=clean_env(), stdout=log,
+                            stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while not (d / "metrics.csv").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)
+    assert len(hosts[1].pids()) >= 3, "host 1's launcher and two actors should be running"
+    for pid in hosts[1].pids():
+        subprocess.run(["kill", "-9", str(pid)], capture_output=True)
+    deadline = time.time() + 60
+    if backend == "gloo":  # the workers on host 0 end; the agent sits in its exit barrier
+        agent = procs[0].pid
+        while set(hosts[0].pids()) - {agent} and time.time() < deadline:
+            time.sleep(0.2)
+        assert not set(hosts[0].pids()) - {agent}, "host 0's ranks outlived the deadline"
+        procs[0].kill()
+        multinode.wait(procs, 10)
+        log.seek(0)
+        s = json.loads((d / "summary.json").read_text())
+        assert s["stop_reason"] in ("time_limit", "target"), (s["stop_reason"], log.read())
+        assert {int(r) for r in s["dead_actors"]} == {2, 3}, s["dead_actors"]
+    else:
+        code = multinode.wait(procs, 60)
+        log.seek(0)
+        assert code not in (0, 124), log.read()[-2000:]
+    assert not hosts[0].pids() and not hosts[1].pids()
+
+
+def test_wrong_master_addr_is_named(hosts: SimHosts, tmp_path: Path) -> None:
+    """Node 1 given an address where no rendezvous listens: one line naming the address,
+    non-zero exit, no hang."""
+    env = dict(multinode.cross_env("gloo", clean_env()), NNODES="2", NODE_RANK="1",
+               MASTER_ADDR="10.213.0.77", MASTER_PORT=str(next(_PORTS)), NPROC="1",
+               ARCHZOO_RDZV_TIMEOUT="5", PYTHON=sys.executable)
+    t0 = time.time()
+    r = subprocess.run(hosts[1].argv(["bash", "launch/torchrun.sh", "--quiet"]), env=env,
+                       capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode != 0 and time.time() - t0 < 40
+    assert "10.213.0.77" in r.stderr and "MASTER_ADDR" in r.stderr, r.stderr[-2000:]
+
+
+def test_rendezvous_timeout_is_named(hosts: SimHosts) -> None:
+    """Node 0 started, node 1 never: torchrun gives up after ARCHZOO_RDZV_TIMEOUT and the
+    launch script's last line says what to check."""
+    env = dict(multinode.cross_env("gloo", clean_env()), NNODES="2", NODE_RANK="0",
+               MASTER_ADDR=hosts[0].addr, MASTER_PORT=str(next(_PORTS)), NPROC="1",
+               ARCHZOO_RDZV_TIMEOUT="5", PYTHON=sys.executable)
+    r = subprocess.run(hosts[0].argv(["bash", "launch/torchrun.sh", "--quiet"]), env=env,
+                       capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parent.parent)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode != 0 and last.startswith("archzoo: error: node 0:"), r.stderr[-2000:]
+    assert f"{hosts[0].addr}:" in last and "NNODES" in last
+
+
+def test_unreachable_mpi_host_is_named(hosts: SimHosts, tmp_path: Path) -> None:
+    """A host file naming a host that cannot be started: hydra's error, non-zero, no hang."""
+    hostfile = tmp_path / "hosts.txt"
+    hostfile.write_text(f"{hosts[0].name}:2\nnosuchhost:2\n")
+    cmd = hosts[0].argv([multinode._beside_python("mpiexec"), "-f", str(hostfile), "-n", "4",
+                         "-launcher", "ssh", "-launcher-exec", hosts.launcher_exec,
+                         "-iface", "az0", sys.executable, "-m", "archzoo", "run", "impala",
+                         "--backend", "mpi", "--quiet", "--run-dir", str(tmp_path / "run")])
+    r = subprocess.run(cmd, env=multinode.cross_env("mpi", clean_env()), capture_output=True,
+                       text=True, timeout=90)
+    assert r.returncode != 0
+    assert "nosuchhost" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+
+
+def test_other_archzoo_version_is_refused(hosts: SimHosts, tmp_path: Path) -> None:
+    """Host 1 imports a copy of archzoo with another version: rank 0 names the rank, its
+    host and both versions, and the run ends non-zero."""
+    root = Path(__file__).resolve().parent.parent
+    copy = tmp_path / "other"
+    for pkg in ("archzoo", "actors", "learners", "replay", "paramserver"):
+        shutil.copytree(root / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    init = copy / "archzoo" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "9.9.9+'))
+    port = next(_PORTS)
+    cmds = multinode.torchrun_commands(hosts, [2, 2], ["-m", "archzoo", "run", "impala",
+                                                       "--quiet", "--run-dir",
+                                                       str(tmp_path / "run")], port)
+    base = multinode.cross_env("gloo", clean_env())
+    procs = [subprocess.Popen(cmds[0], env=base, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True),
+             subprocess.Popen(cmds[1], env=dict(base, PYTHONPATH=str(copy)), cwd=copy,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    code = multinode.wait(procs, 90)
+    out = "".join(p.stdout.read() for p in procs)
+    assert code not in (0, 124), out[-3000:]
+    assert "9.9.9+" in out and "install the same archzoo on every host" in out, out[-3000:]
