@@ -206,7 +206,7 @@ def netns_name() -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m archzoo.simhosts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -216,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--prefix", default="az")
     down = sub.add_parser("down", help="remove hosts left behind")
     down.add_argument("--prefix", default="az")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.cmd == "down":
         for name in SimHosts.leftovers(args.prefix):
             remove_netns(name)

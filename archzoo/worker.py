@@ -73,9 +73,10 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
 def _keep_what_was_learnt(rank: int, reason: str) -> None:
     """The deciding rank of a failed run writes a checkpoint, policy.pt and summary.json."""
     try:
-        if abandon_run(reason):
-            print(f"archzoo: rank {rank}: kept the run's last checkpoint, policy.pt and "
-                  "summary.json (stop_reason: error)", file=sys.stderr, flush=True)
+        wrote = abandon_run(reason)
+        if wrote:
+            print(f"archzoo: rank {rank}: kept {', '.join(wrote)} of the failed run "
+                  "(stop_reason: error)", file=sys.stderr, flush=True)
     except Exception as e:  # noqa: BLE001 - never hide the first error behind a second
         _say(rank, f"could not save the failed run: {type(e).__name__}: {e}")
 

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# IMPALA under MPI (the mpich wheel puts mpiexec in the venv's bin/). Rank 0 is the
-# learner, every other rank an actor.
+# An archzoo run under MPI (ARCH, default impala; the mpich wheel puts mpiexec in the venv's
+# bin/). Rank 0 and the lowest ranks hold the architecture's servers, the rest are actors;
+# hydra numbers the ranks in the host file's order, so the first host gets the servers.
 #
 # One machine, 1 learner + 2 actors:
 #   launch/mpirun.sh
-# Several machines (MPICH hydra; one host per line in the file, optionally host:slots):
-#   HOSTFILE=hosts.txt NP=16 launch/mpirun.sh --env CartPole-v1
-# The same python environment must exist at the same path on every host.
+# Several machines (MPICH hydra starts the remote ranks over ssh; one host per line in the
+# file, optionally host:slots, e.g. "nodeA:1" then "nodeB:8" keeps the learner alone):
+#   HOSTFILE=hosts.txt NP=9 IFACE=eth0 launch/mpirun.sh --env CartPole-v1
+# The same python environment must exist at the same path on every host (docs/multinode.md).
+# IFACE: the interface hydra and the ranks use between hosts; LAUNCHER_EXEC: a program to
+# use in place of ssh (hydra calls it as PROGRAM -x HOST COMMAND...).
 set -euo pipefail
 ARCH=${ARCH:-impala}
 NP=${NP:-3}
@@ -14,6 +18,13 @@ PY=${PYTHON:-python}
 MPIEXEC=${MPIEXEC:-$(dirname "$(command -v "$PY")")/mpiexec}
 [ -x "$MPIEXEC" ] || MPIEXEC=mpiexec
 if [ -n "${HOSTFILE:-}" ]; then
-  exec "$MPIEXEC" -f "$HOSTFILE" -n "$NP" "$PY" -m archzoo run "$ARCH" --backend mpi "$@"
+  extra=()
+  if [ -n "${IFACE:-}" ]; then
+    extra+=(-iface "$IFACE")
+    export UCX_NET_DEVICES=${UCX_NET_DEVICES:-$IFACE}
+  fi
+  if [ -n "${LAUNCHER_EXEC:-}" ]; then extra+=(-launcher ssh -launcher-exec "$LAUNCHER_EXEC"); fi
+  exec "$MPIEXEC" -f "$HOSTFILE" -n "$NP" "${extra[@]}" -genvall "$PY" -m archzoo run "$ARCH" \
+    --backend mpi "$@"
 fi
 exec "$MPIEXEC" -n "$NP" "$PY" -m archzoo run "$ARCH" --backend mpi "$@"

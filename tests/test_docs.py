@@ -357,7 +357,7 @@ def parsers() -> dict[str, Flags]:
     """Flags per command: "run ARCH" (the built-in architectures and the examples'), "run"
     (any architecture), "eval", "study", "bench comm", "plot", "benchmarks/NAME.py", and
     "any" (all of them)."""
-    from archzoo import benchcomm, plot, study
+    from archzoo import benchcomm, plot, simhosts, study
     from archzoo.architectures import ARCHITECTURES
     from archzoo.cli import build_parser
 
@@ -371,6 +371,9 @@ def parsers() -> dict[str, Flags]:
     out["study"] = _parser_flags(study.build_parser())
     out["bench comm"] = _parser_flags(benchcomm.build_parser())
     out["plot"] = _parser_flags(plot.build_parser())
+    out["simhosts"] = _merge(*(_parser_flags(sp) for a in simhosts.build_parser()._actions
+                               if isinstance(a, argparse._SubParsersAction)
+                               for sp in a.choices.values()))
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         out[rel(script)] = _script_flags(script)
     # Out of context a flag's value is checked against the choices `archzoo run` gives it

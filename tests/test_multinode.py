@@ -84,6 +84,33 @@ def test_every_architecture_across_two_hosts(hosts: SimHosts, tmp_path: Path, ar
 
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_launch_scripts_across_two_hosts(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
+    """launch/torchrun.sh on each host (NNODES=2), launch/mpirun.sh with a host file: the
+    commands docs/multinode.md gives for two machines."""
+    d, repo = tmp_path / "run", Path(__file__).resolve().parent.parent
+    flags = ["--total-steps", "6000", "--quiet", "--run-dir", str(d)]
+    env = dict(clean_env(), PYTHON=sys.executable, IFACE="az0")
+    if backend == "gloo":
+        port = str(next(_PORTS))
+        procs = [subprocess.Popen(h.argv(["bash", "launch/torchrun.sh", *flags]), cwd=repo,
+                                  env=dict(env, NNODES="2", NODE_RANK=str(i), NPROC="2",
+                                           MASTER_ADDR=hosts[0].addr, MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i, h in enumerate(hosts.hosts)]
+    else:
+        hostfile = tmp_path / "hosts.txt"
+        hostfile.write_text(f"{hosts[0].name}:2\n{hosts[1].name}:2\n")
+        procs = [subprocess.Popen(hosts[0].argv(["bash", "launch/mpirun.sh", *flags]), cwd=repo,
+                                  env=dict(env, HOSTFILE=str(hostfile), NP="4",
+                                           LAUNCHER_EXEC=hosts.launcher_exec,
+                                           UCX_TLS="tcp,self", MPIR_CVAR_NOLOCAL="1"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    code = multinode.wait(procs, 120)
+    assert code == 0, "".join(p.stdout.read() for p in procs)[-3000:]
+    placed(load_run(d), hosts, [2, 2])
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_learner_alone_on_one_host(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
     """slots choose the placement: the learner alone on host 0, three actors on host 1."""
     d = tmp_path / "run"
@@ -201,3 +228,54 @@ def test_other_archzoo_version_is_refused(hosts: SimHosts, tmp_path: Path) -> No
     out = "".join(p.stdout.read() for p in procs)
     assert code not in (0, 124), out[-3000:]
     assert "9.9.9+" in out and "install the same archzoo on every host" in out, out[-3000:]
+
+
+def test_bench_comm_across_a_shaped_link(tmp_path: Path) -> None:
+    """``archzoo bench comm --link loopback,netns:1gbit``: the same collectives on both
+    links, counted by the formulas, tabulated and fitted apart."""
+    r = subprocess.run([sys.executable, "-m", "archzoo", "bench", "comm", "--backend", "gloo,mpi",
+                        "--procs", "2", "--sizes", "64KiB", "--ops", "broadcast",
+                        "--topologies", "star,tree,native", "--iters", "3", "--repeats", "1",
+                        "--link", "loopback,netns:1gbit", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300, env=clean_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "comm.csv")))
+    links = {(x["backend"], x["link"]) for x in rows}
+    assert links == {(b, k) for b in ("gloo", "mpi") for k in ("loopback", "netns:1gbit")}
+    assert all(x["counts_ok"] in ("True", "") for x in rows)
+    assert "## gloo over netns:1gbit broadcast" in r.stdout
+    assert "mpi over netns:1gbit: α =" in r.stdout
+
+
+def test_study_with_actors_on_the_other_host(tmp_path: Path) -> None:
+    """``archzoo study --link netns``: the learner alone on host 0, the actors on host 1."""
+    r = subprocess.run([sys.executable, "-m", "archzoo", "study", "--arch", "impala",
+                        "--actors", "2", "--topology", "star", "--link", "netns:1gbit",
+                        "--out", str(tmp_path), "--", "--total-steps", "6000"],
+                       capture_output=True, text=True, timeout=300, env=clean_env())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    import csv
+
+    (row,) = list(csv.DictReader(open(tmp_path / "study.csv")))
+    assert row["link"] == "netns:1gbit" and row["exit_code"] == "0" and float(row["fps"]) > 0
+    s = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+    netns = {int(k): v["netns"] for k, v in s["hosts_by_rank"].items()}
+    assert netns[0] != netns[1] == netns[2]
+
+
+def test_other_flags_on_host_b_are_refused(hosts: SimHosts, tmp_path: Path) -> None:
+    """Node 1 started with another --hidden: its messages' schemas differ, and rank 0 names
+    the rank and the schema before any training."""
+    port = next(_PORTS)
+    argv = ["-m", "archzoo", "run", "impala", "--quiet", "--run-dir", str(tmp_path / "run")]
+    cmds = [multinode.torchrun_commands(hosts, [2, 2], argv, port)[0],
+            multinode.torchrun_commands(hosts, [2, 2], [*argv, "--hidden", "32"], port)[1]]
+    procs = [subprocess.Popen(c, env=multinode.cross_env("gloo", clean_env()),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in cmds]
+    code = multinode.wait(procs, 90)
+    out = "".join(p.stdout.read() for p in procs)
+    assert code not in (0, 124), out[-3000:]
+    assert "rank 2's 'params' message schema differs from rank 0's" in out, out[-3000:]

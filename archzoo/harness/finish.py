@@ -137,26 +137,31 @@ def _checkpoint_summary(mon: Monitor) -> dict[str, Any]:
                             "resumed_from": mon.resumed_from}}
 
 
-def abandon_run(reason: str) -> bool:
-    """A failed run's deciding rank: a last checkpoint, policy.pt and summary.json with
-    ``stop_reason`` "error: ...", written from what it holds; False if it has no run."""
+def abandon_run(reason: str) -> list[str]:
+    """A failed run's deciding rank: a last checkpoint (where the architecture keeps them),
+    policy.pt and summary.json with ``stop_reason`` "error: ...", written from what it
+    holds; returns what it wrote (empty if this process has no run)."""
     if not _OPEN:
-        return False
+        return []
     run = _OPEN.pop()
     mon = run.mon
     mon.close()
+    wrote = []
     if mon.checkpointer is not None:
         mon.checkpointer.save()
+        wrote.append("a checkpoint")
     cfg = run.ctx.cfg
     summary = run_summary(run.ctx, mon, f"error: {reason}", cfg.topology or "star", "",
                           cfg.device, mon.updates, {}, _checkpoint_summary(mon))
     run.run_dir.write_summary(summary)
+    wrote.append("summary.json")
     if run.policy is not None:
         model, meta = run.policy
         run.run_dir.save_policy(model() if callable(model) and not hasattr(model, "state_dict")
                                 else model, meta)
+        wrote.append("policy.pt")
     run.run_dir.close()
-    return True
+    return wrote
 
 
 def leaf_reports(byes: dict[int, dict[str, Any]], role: Any = "actor") -> dict[str, Any]:
