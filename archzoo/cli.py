@@ -312,6 +312,12 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     if problem:
         raise UsageError(problem)
     world = launch.world_size if launch.under_launcher else cfg.world_size(cfg.actors)
+    if cfg.servers_on == "last":
+        if launch.launcher not in ("torchrun", "mpiexec"):
+            raise UsageError("--servers-on last chooses which node holds the servers: it "
+                             "needs torchrun or mpiexec (on one machine there is nothing to "
+                             "place)")
+        launch = launch.servers_last(world - cfg.actors)
     if cfg.backend == "mpi":
         import importlib.util
 

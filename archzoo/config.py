@@ -83,6 +83,11 @@ class RunConfig:
                                "(default: the architecture's own)", choices=TOPOLOGIES,
                                group="run")
     fanout: int = opt(2, "tree fan-out / butterfly radix m", group="run")
+    servers_on: str = opt("first", "under torchrun or mpiexec: the ranks the launcher started "
+                          "first (first) or last (last) hold the servers (learner, replay "
+                          "and parameter-server shards, inference server): with several "
+                          "nodes, node 0 or the last node", choices=("first", "last"),
+                          group="run")
     total_steps: int = opt(2_000_000, "env-step budget", group="run")
     target_return: float | None = opt(None, "stop when the mean return of the last 100 "
                                       "episodes reaches this (default: the env's reward "

@@ -27,9 +27,12 @@ def test_impala_solves_cartpole(tmp_path: Path) -> None:
     assert s["time_to_target_s"] > 0 and s["stop_reason"] == "target"
     ev = cli("eval", s["run_dir"], "--episodes", "10")
     assert ev.returncode == 0, ev.stderr
-    # the saved final policy replays above a random one (~22). Not near 475: the replay of
-    # the final policy falls short of the training window (a run whose last 100 episodes
-    # averaged 483 replayed at 271-296; CI runs saw 134 and 43.6), an open question
+    # the saved final policy replays above a random one (~22). Not near 475: the window is
+    # the behaviour policies of the last ~100 episodes (tens of updates), policy.pt the
+    # learner's last update, and async IMPALA on CartPole moves fast: four seed runs that
+    # stopped at 475-478 replayed their policy.pt at 500, 500, 500 and 368 (sampled and
+    # greedy alike), earlier CI runs at 134 and 43.6; a replay at 500 shows that the
+    # saving and the replay are right
     assert json.loads(ev.stdout)["mean_return"] >= RANDOM_RETURN + 10
 
 

@@ -121,6 +121,25 @@ def test_learner_alone_on_one_host(hosts: SimHosts, tmp_path: Path, backend: str
     placed(load_run(d), hosts, [1, 3])
 
 
+@pytest.mark.parametrize("arch,backend,servers", [("impala", "gloo", 1), ("apex", "mpi", 2)])
+def test_servers_on_the_last_host(hosts: SimHosts, tmp_path: Path, arch: str, backend: str,
+                                  servers: int) -> None:
+    """``--servers-on last``: archzoo's ranks rotate so its servers (IMPALA's learner;
+    Ape-X's learner and replay shard) run on the launcher's last processes, on host 1, and
+    the run directory is written there (by archzoo's rank 0)."""
+    d = tmp_path / "run"
+    code, out = cross(hosts, backend, [2, 2],
+                      ["run", arch, "--backend", backend, "--servers-on", "last",
+                       "--total-steps", "6000", "--quiet", "--run-dir", str(d),
+                       *SMOKE[arch]], tmp_path)
+    assert code == 0, out[-3000:]
+    s = load_run(d)
+    got = {int(r): p["netns"] for r, p in s["hosts_by_rank"].items()}
+    started = [hosts[0].name] * 2 + [hosts[1].name] * 2  # by the launcher's rank
+    assert got == {(p + servers) % 4: ns for p, ns in enumerate(started)}, got
+    assert all(got[r] == hosts[1].name for r in range(servers)), got
+
+
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_host_b_dies(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
     """Every process on host 1 (two actors, their launcher) is killed mid-run.

@@ -44,3 +44,19 @@ def test_bench_comm_link_flag() -> None:
     row = {"backend": "gloo", "link": "netns:1gbit"}
     assert benchcomm.engine(row) == "gloo over netns:1gbit"
     assert benchcomm.engine({"backend": "mpi", "link": "loopback"}) == "mpi"
+
+
+def test_servers_last_rotates_the_ranks() -> None:
+    from archzoo.comm.factory import Launch
+
+    got = [Launch("torchrun", p, 5).servers_last(2) for p in range(5)]
+    assert [g.rank for g in got] == [2, 3, 4, 0, 1]
+    assert [g.started_as for g in got] == [0, 1, 2, 3, 4]
+    assert Launch("mpiexec", 3, 4).servers_last(0).rank == 3  # GALA: no servers
+
+
+def test_servers_last_needs_a_launcher(tmp_path) -> None:
+    from tests.runs import cli
+
+    r = cli("run", "impala", "--servers-on", "last", "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 2 and "needs torchrun or mpiexec" in r.stderr, r.stderr

@@ -28,10 +28,25 @@ class Launch:
     launcher: str
     rank: int
     world_size: int
+    launcher_rank: int | None = None  # the launcher's number for this process, if different
 
     @property
     def under_launcher(self) -> bool:
         return self.launcher != "none"
+
+    @property
+    def started_as(self) -> int:
+        """The rank the launcher gave this process (``rank`` is archzoo's)."""
+        return self.rank if self.launcher_rank is None else self.launcher_rank
+
+    def servers_last(self, servers: int) -> Launch:
+        """archzoo's ranks rotated so that its ``servers`` lowest ranks are the launcher's
+        last processes (``--servers-on last``): the launcher's rank p becomes
+        (p + servers) mod world size."""
+        if servers <= 0 or servers >= self.world_size:
+            return self
+        return Launch(self.launcher, (self.rank + servers) % self.world_size, self.world_size,
+                      self.rank)
 
 
 def detect_launch(environ: dict[str, str] | None = None) -> Launch:
@@ -61,11 +76,13 @@ def make_transport(backend: str, launch: Launch, timeout_s: float = DEFAULT_TIME
             os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]),
             timeout_s=timeout_s, startup_timeout_s=startup_timeout_s,
             agent_store=os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+            store_host=launch.started_as == 0,
         )
     if backend == "mpi":
         from archzoo.comm.mpi import MPITransport
 
-        return MPITransport(timeout_s=timeout_s)
+        return MPITransport(timeout_s=timeout_s,
+                            rank=None if launch.launcher_rank is None else launch.rank)
     raise ValueError(f"unknown backend {backend!r} (choose gloo or mpi)")
 
 

@@ -87,12 +87,14 @@ class GlooTransport(Transport):
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
                  timeout_s: float = DEFAULT_TIMEOUT_S, startup_timeout_s: float = 120.0,
-                 agent_store: bool = False) -> None:
+                 agent_store: bool = False, store_host: bool | None = None) -> None:
+        """``store_host``: this process hosts the TCPStore (default: rank 0; the launcher's
+        first process when archzoo's ranks are rotated, ``--servers-on last``)."""
         super().__init__(timeout_s)
         self.rank, self.world_size = rank, world_size
         store = dist.TCPStore(
             master_addr, master_port, world_size,
-            is_master=(rank == 0 and not agent_store),
+            is_master=((rank == 0 if store_host is None else store_host) and not agent_store),
             timeout=datetime.timedelta(seconds=startup_timeout_s),
             wait_for_workers=False,
         )

@@ -57,17 +57,18 @@ class MPIRequest(Request):
 
 
 class MPITransport(Transport):
-    """Point-to-point and collectives over MPI.COMM_WORLD (a dup of it)."""
+    """Point-to-point and collectives over MPI.COMM_WORLD (a dup of it; with ``rank``, a
+    split of it in which this process has that rank)."""
 
     backend = "mpi"
     # MPICH moves a large message through shared memory in chunks, and only while some
     # MPI call runs on both sides: a waiter that sleeps stalls the copy. So poll longer.
     spin_s = 1e-3
 
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, rank: int | None = None) -> None:
         super().__init__(timeout_s)
         self.MPI = MPI = _mpi()
-        self.comm = MPI.COMM_WORLD.Dup()
+        self.comm = MPI.COMM_WORLD.Dup() if rank is None else MPI.COMM_WORLD.Split(0, rank)
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
