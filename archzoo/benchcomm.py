@@ -387,15 +387,10 @@ def run_job(backend: str, n: int, worker_argv: list[str], limit_s: float,
         if hosts is not None:
             from archzoo import multinode
 
-            slots = multinode.spread(n, len(hosts.hosts))
             e = multinode.cross_env(backend, env)
-            if backend == "gloo":
-                for c in multinode.torchrun_commands(hosts, slots, cmd[1:], next(_PORTS)):
-                    start(c, e)
-            else:
-                tmp = tempfile.mkdtemp(prefix="archzoo-bench-")
-                start(multinode.mpiexec_command(hosts, slots, cmd[1:], Path(tmp, "hosts.txt")),
-                      e)
+            for c in multinode.commands(hosts, multinode.spread(n, len(hosts.hosts)), backend,
+                                        cmd[1:], next(_PORTS)):
+                start(c, e)
         elif backend == "mpi":
             from archzoo.launcher import find_mpiexec
 

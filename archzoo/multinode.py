@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,10 +62,11 @@ def torchrun_commands(sim: SimHosts, slots: Sequence[int], module_argv: Sequence
             for i, (h, k) in enumerate(zip(sim.hosts, slots, strict=False))]
 
 
-def mpiexec_command(sim: SimHosts, slots: Sequence[int], module_argv: Sequence[str],
-                    hostfile: Path) -> list[str]:
-    """hydra started on host 0 with a host file (``NAME:slots`` per line) and the
-    namespace launcher in place of ssh; ``module_argv`` follows ``python``."""
+def mpiexec_command(sim: SimHosts, slots: Sequence[int], module_argv: Sequence[str]) -> list[str]:
+    """hydra started on host 0 with a host file (``NAME:slots`` per line, in the hosts'
+    scratch directory) and the namespace launcher in place of ssh; ``module_argv`` follows
+    ``python``."""
+    hostfile = sim.scratch / "hosts.txt"
     hostfile.write_text("".join(f"{h.name}:{k}\n" for h, k in zip(sim.hosts, slots,
                                                                    strict=False) if k))
     return sim[0].argv([_beside_python("mpiexec"), "-f", str(hostfile), "-n", str(sum(slots)),
@@ -71,23 +74,26 @@ def mpiexec_command(sim: SimHosts, slots: Sequence[int], module_argv: Sequence[s
                         "-iface", IFACE, "-genvall", sys.executable, *module_argv])
 
 
+def commands(sim: SimHosts, slots: Sequence[int], backend: str, module_argv: Sequence[str],
+             port: int = 29500) -> list[list[str]]:
+    """The launcher commands of one job: a torchrun per host (gloo), or one mpiexec (MPI)."""
+    if backend == "gloo":
+        return torchrun_commands(sim, slots, module_argv, port)
+    return [mpiexec_command(sim, slots, module_argv)]
+
+
 def start(sim: SimHosts, slots: Sequence[int], backend: str, module_argv: Sequence[str],
-          workdir: Path, port: int = 29500, env: dict[str, str] | None = None,
+          port: int = 29500, env: dict[str, str] | None = None,
           **popen: object) -> list[subprocess.Popen]:
     """Start the job: the launcher processes (one per host under torchrun, one mpiexec)."""
     e = cross_env(backend, env)
-    if backend == "gloo":
-        cmds = torchrun_commands(sim, slots, module_argv, port)
-    else:
-        cmds = [mpiexec_command(sim, slots, module_argv, workdir / "hosts.txt")]
-    return [subprocess.Popen(c, env=e, **popen) for c in cmds]  # type: ignore[arg-type]
+    return [subprocess.Popen(c, env=e, **popen)  # type: ignore[call-overload]
+            for c in commands(sim, slots, backend, module_argv, port)]
 
 
 def wait(procs: Sequence[subprocess.Popen], timeout_s: float) -> int:
     """Wait for every launcher; past ``timeout_s`` kill them all and return 124. Otherwise
     the first non-zero exit code, or 0."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while any(p.poll() is None for p in procs):
         if time.monotonic() > deadline:
@@ -104,9 +110,6 @@ def wait(procs: Sequence[subprocess.Popen], timeout_s: float) -> int:
 def reach(addr: str, port: int, timeout_s: float) -> str | None:
     """Try a TCP connection to ``addr:port`` until it succeeds or ``timeout_s`` passes
     (node 0 may not be listening yet); None when it did, else the last error."""
-    import socket
-    import time
-
     deadline = time.monotonic() + timeout_s
     last = "no attempt"
     while True:

@@ -109,12 +109,17 @@ class SimHosts:
         self._tmp: tempfile.TemporaryDirectory | None = None
 
     @property
+    def scratch(self) -> Path:
+        """A directory for files the hosts' launchers need (removed by :meth:`down`)."""
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="archzoo-simhosts-")
+        return Path(self._tmp.name)
+
+    @property
     def launcher_exec(self) -> str:
         """A script for MPICH hydra's ``-launcher ssh -launcher-exec``: hydra calls it as
         ``SCRIPT -x HOST CMD...``, and it runs CMD inside namespace HOST (no ssh server)."""
-        if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="archzoo-simhosts-")
-        path = Path(self._tmp.name) / "netns-launch"
+        path = self.scratch / "netns-launch"
         if not path.exists():
             path.write_text(_LAUNCH_SCRIPT)
             path.chmod(0o755)

@@ -166,8 +166,8 @@ def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, 
     backend = argv[argv.index("--backend") + 1]
     rate = link.split(":", 1)[1] if ":" in link else None
     with SimHosts(2, rate) as sim, log.open("w+") as f:
-        procs = multinode.start(sim, [world - actors, actors], backend, cmd[1:], log.parent,
-                                env=None, stdout=f, stderr=subprocess.STDOUT)
+        procs = multinode.start(sim, [world - actors, actors], backend, cmd[1:],
+                                stdout=f, stderr=subprocess.STDOUT)
         code = multinode.wait(procs, 3600)
         f.seek(0)
         return code, f.read()

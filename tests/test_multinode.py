@@ -50,7 +50,7 @@ def cross(sim: SimHosts, backend: str, slots: list[int], argv: list[str], tmp: P
           timeout_s: float = 120) -> tuple[int, str]:
     """Run ``archzoo ARGV`` across the hosts; (exit code, output)."""
     log = (tmp / "out.log").open("w+")
-    procs = multinode.start(sim, slots, backend, ["-m", "archzoo", *argv], tmp,
+    procs = multinode.start(sim, slots, backend, ["-m", "archzoo", *argv],
                             port=next(_PORTS), env=clean_env(), stdout=log,
                             stderr=subprocess.STDOUT)
     code = multinode.wait(procs, timeout_s)
@@ -155,7 +155,7 @@ def test_host_b_dies(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
                             ["-m", "archzoo", "run", "impala", "--backend", backend,
                              "--mode", "async", "--total-steps", "10000000", "--time-limit", "15",
                              "--comm-timeout", "10", "--quiet", "--run-dir", str(d)],
-                            tmp_path, port=next(_PORTS), env=clean_env(), stdout=log,
+                            port=next(_PORTS), env=clean_env(), stdout=log,
                             stderr=subprocess.STDOUT)
     deadline = time.time() + 60
     while not (d / "metrics.csv").exists() and time.time() < deadline:
