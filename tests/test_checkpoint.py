@@ -230,3 +230,71 @@ def test_resume_under_mpiexec_a_run_made_embedded(tmp_path: Path) -> None:
     s = _summary(d)
     assert s["launcher"] == "mpiexec" and s["backend"] == "mpi"
     assert s["checkpoints"]["resumed_from"]["updates"] == first["learner_updates"]
+
+
+def _policy(d: Path) -> dict[str, torch.Tensor]:
+    return torch.load(d / "policy.pt", weights_only=True)["state_dict"]
+
+
+def test_a_resumed_sync_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
+    """Sync IMPALA with --seed, stopped at 3000 steps and resumed to 6000 (embedded, and a
+    copy under mpiexec), ends with the very parameters and counts of the run that went to
+    6000 at once: the learner, optimizer and Monitor come from the checkpoint, and each
+    actor takes its logged steps again (with the same sampling noise) before it acts.
+    Resumed with fresh envs instead, the parameters differ (so the comparison can fail)."""
+    import shutil
+
+    flags = ["--actors", "2", "--mode", "sync", "--seed", "5", "--envs-per-actor", "4",
+             "--unroll-length", "20", "--quiet"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert cli("run", "impala", *flags, "--total-steps", "6000",
+               "--run-dir", str(whole)).returncode == 0
+    r = cli("run", "impala", *flags, "--total-steps", "3000", "--run-dir", str(cut))
+    assert r.returncode == 0, r.stderr
+    first = _summary(cut)
+    assert 3000 <= first["env_steps"] < 6000
+    cut_mpi, fresh = tmp_path / "cut-mpi", tmp_path / "fresh"
+    shutil.copytree(cut, cut_mpi)
+    shutil.copytree(cut, fresh)  # the same checkpoint without the action log
+    state = torch.load(checkpoint.latest(fresh), weights_only=True)
+    assert set(state["parts"]["actions"]) == {"1", "2"}
+    assert state["parts"]["actions"]["1"].shape == (first["learner_updates"] * 20, 4)
+    del state["parts"]["actions"]
+    torch.save(state, checkpoint.latest(fresh))
+
+    def resume(d: Path) -> list[str]:
+        return ["run", "--resume", str(d), "--total-steps", "6000", "--quiet"]
+
+    r = cli(*resume(cut))
+    assert r.returncode == 0, r.stderr
+    job = run_mpi(3, ["-m", "archzoo", *resume(cut_mpi)], timeout_s=180)
+    assert job.returncode == 0, describe(job)
+    a, sa = _policy(whole), _summary(whole)
+    for d in (cut, cut_mpi):
+        b, sb = _policy(d), _summary(d)
+        for k in a:
+            assert a[k].equal(b[k]), f"{d.name}: {k} departs from the uninterrupted run"
+        for k in ("env_steps", "episodes", "learner_updates", "final_mean_return"):
+            assert sa[k] == sb[k], (d.name, k)
+        assert sb["checkpoints"]["resumed_from"]["env_steps"] == first["env_steps"]
+    r = cli(*resume(fresh))
+    assert r.returncode == 0, r.stderr
+    c = _policy(fresh)
+    assert any(not a[k].equal(c[k]) for k in a), "fresh envs should have changed the run"
+
+
+def test_a_resumed_single_process_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
+    """``--actors 0`` keeps its actor's action log too: stopped and resumed, it ends where
+    the uninterrupted run does."""
+    flags = ["--actors", "0", "--seed", "3", "--envs-per-actor", "4", "--unroll-length",
+             "20", "--quiet"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert cli("run", "impala", *flags, "--total-steps", "6000",
+               "--run-dir", str(whole)).returncode == 0
+    assert cli("run", "impala", *flags, "--total-steps", "3000",
+               "--run-dir", str(cut)).returncode == 0
+    r = cli("run", "--resume", str(cut), "--total-steps", "6000", "--quiet")
+    assert r.returncode == 0, r.stderr
+    a, b = _policy(whole), _policy(cut)
+    assert all(a[k].equal(b[k]) for k in a)
+    assert _summary(whole)["episodes"] == _summary(cut)["episodes"]

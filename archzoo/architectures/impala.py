@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.action_log import ActionLog, catch_up
 from actors.unroll import TIMING, UnrollActor, unroll_schema
 from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Inbox, Message
@@ -56,11 +57,14 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     cfg = ctx.cfg
     learner = builders.vtrace_learner(cfg, spec)
     meta = builders.policy_meta(cfg, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"learner": learner}, policy=(learner.model, meta))
+    log = ActionLog(spec.num_actions)  # a resumed run takes the logged steps again
+    run_dir, mon = harness.open_run(ctx, parts={"learner": learner, "actions": log},
+                                    policy=(learner.model, meta))
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.actor_critic(cfg, spec)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
                         harness.actor_seed(cfg.seed, 0))
+    actor.fast_forward(log.actions(0), spec.num_actions)
     msg = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor).new()
     flat = np.zeros(num_params(policy), np.float32)
 
@@ -71,7 +75,11 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             set_flat(policy, flat)
 
     after_update()  # a resumed run's actor starts from the checkpoint's parameters
-    stop = harness.train_on_unrolls(mon, actor.collect, msg, learner, after_update)
+    def collect(m: Message) -> None:
+        actor.collect(m)
+        log.record(0, m["actions"])
+
+    stop = harness.train_on_unrolls(mon, collect, msg, learner, after_update)
     actor.close()
     return harness.finish_single(ctx, run_dir, mon, stop, learner,
                                  dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
@@ -115,15 +123,22 @@ class LearnerLink:
                                            else [], cfg.min_actors)
         for component in (self.control, self.inbox, self.publisher):
             self.survivors.on_drop(component.drop)
+        # sync: every actor's actions, so that a resumed run goes on bit for bit
+        self.actions = ActionLog(spec.num_actions) if cfg.mode == "sync" else None
 
     def open_run(self, learner: VTraceLearner, parts: dict[str, Any] | None = None
                  ) -> tuple[RunDir, Monitor]:
         """The run directory and Monitor, checkpointing the learner (and ``parts``); with
         ``--resume`` the learner goes on from the latest checkpoint."""
         meta = builders.policy_meta(self.cfg, self.spec)
-        run_dir, mon = harness.open_run(self.ctx, parts={"learner": learner, **(parts or {})},
+        log = {"actions": self.actions} if self.actions is not None else {}
+        run_dir, mon = harness.open_run(self.ctx, parts={"learner": learner, **log,
+                                                         **(parts or {})},
                                         policy=(learner.model, meta))
         self.survivors.elapsed = mon.elapsed
+        if self.actions is not None:  # empty unless resumed: the actors catch up first
+            self.actions.send_all(self.ctx.transport, self.actors, harness.TAG_ACTIONS,
+                                  self.cfg.startup_timeout)
         return run_dir, mon
 
     def next_batch(self) -> list[Message]:
@@ -153,6 +168,8 @@ class LearnerLink:
         (learner version minus the unroll's behaviour-policy version) apart."""
         for peer, msg in zip(self.peers, batch, strict=True):
             harness.account_unroll(mon, msg, version)
+            if self.actions is not None:
+                self.actions.record(peer, msg["actions"])
             lag = self.lag.setdefault(peer, [0, 0])
             lag[0] += version - int(msg["version"])
             lag[1] += 1
@@ -238,8 +255,9 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
 
     params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, root, load, harness.TAG_PARAMS,
                               harness.TAG_TOPOLOGY, cfg.mode)
-    harness.handshake_leaf(control, root, digests,
-                           cfg.startup_timeout)
+    harness.handshake_leaf(control, root, digests, cfg.startup_timeout)
+    if cfg.mode == "sync":  # a resumed run's actor takes its logged steps again
+        catch_up(t, actor, root, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
     lc = harness.LeafControl(control, root)
     out = DoubleBuffer(t, u_schema, root, harness.TAG_UNROLL, "unroll")  # collect one, send one
     comm = Timers()

@@ -21,6 +21,7 @@ from archzoo.harness.finish import (
 from archzoo.harness.protocol import (
     REPLAY_TAGS,
     SAMPLE_TAGS,
+    TAG_ACTIONS,
     TAG_CONTROL,
     TAG_INFER_REPLY,
     TAG_INFER_REQUEST,
@@ -52,7 +53,7 @@ from archzoo.harness.survivors import Survivors, TooFewActors
 
 __all__ = [
     "LeafControl", "REPLAY_TAGS", "RankContext", "SAMPLE_TAGS", "StatsReporter",
-    "StopRequested", "Survivors", "TooFewActors", "TAG_CONTROL", "TAG_INFER_REPLY",
+    "StopRequested", "Survivors", "TooFewActors", "TAG_ACTIONS", "TAG_CONTROL", "TAG_INFER_REPLY",
     "TAG_INFER_REQUEST", "TAG_PARAMS",
     "TAG_SAMPLE_REPLY", "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL",
     "abandon_run", "absorb_stats", "account_unroll", "actor_seed", "attach_checkpoints",

@@ -24,7 +24,8 @@ from archzoo.runlog import Monitor, RunDir
 
 
 class Stateful(Protocol):
-    """A part of a run that a checkpoint keeps (a learner, a replay memory, ...)."""
+    """A part of a run that a checkpoint keeps (a learner, a replay memory, ...); one with
+    a true ``optional`` attribute may be missing from a checkpoint it resumes from."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -116,13 +117,15 @@ def resume(run_dir: str, arch: str, mon: Monitor, parts: dict[str, Stateful]) ->
     if state.get("arch") != arch:
         raise checkpoint.CheckpointError(f"checkpoint {path}: written by {state.get('arch')!r}, "
                                          f"this run is {arch!r}")
-    missing = sorted(set(parts) - set(state["parts"]))
+    missing = sorted(n for n, p in parts.items()
+                     if n not in state["parts"] and not getattr(p, "optional", False))
     if missing:
         raise checkpoint.CheckpointError(f"checkpoint {path}: has no {missing[0]!r}")
     mon.load_state_dict(state["monitor"])
     checkpoint.set_rng_state(state["rng"])
     for name, part in parts.items():
-        part.load_state_dict(state["parts"][name])
+        if name in state["parts"]:
+            part.load_state_dict(state["parts"][name])
     return {"checkpoint": str(path), "env_steps": mon.env_steps, "updates": mon.updates,
             "elapsed_s": state["monitor"]["elapsed_s"]}
 

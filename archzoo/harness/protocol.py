@@ -37,6 +37,7 @@ TAG_SAMPLE_REPLY = 6
 TAG_TOPOLOGY = 7
 TAG_INFER_REQUEST = 9   # actor -> inference server (GA3C, SEED)
 TAG_INFER_REPLY = 10    # inference server -> actor
+TAG_ACTIONS = 11        # learner -> sync actor on resume: its action log (and its reply)
 SAMPLE_TAGS = (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY)  # learner <-> replay
 REPLAY_TAGS = (TAG_TRANSITIONS, *SAMPLE_TAGS)        # a replay server's three streams
 
