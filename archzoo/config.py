@@ -484,8 +484,6 @@ class A3CConfig(A2CRunConfig):
                    f"(--topology {self.topology}) has no parameter server")
             r.need(self.ps_drop == 0, f"--ps-drop {self.ps_drop}: an all-reduce round needs "
                    "every worker (a collective); drop stragglers with --topology star")
-            r.need(self.resume is None, "--resume: all-reduce A2C writes no checkpoints yet "
-                   "(use --topology star)")
         r.at_least(self, "ps_shards", 1)
         if self.staleness is not None:
             r.at_least(self, "staleness", 0)
@@ -519,8 +517,6 @@ class GalaConfig(A2CRunConfig):
         r.need(self.mode == "async", "gala has no --mode sync: its agents step on their own "
                "between gossip rounds")
         r.at_least(self, "gossip_every", 1)
-        r.need(self.resume is None, "--resume: gala writes no checkpoints yet (each agent "
-               "holds its own model)")
         super().check(r)
 
 

@@ -3,7 +3,8 @@
 - gloo: spawn ``world_size`` copies of this command on loopback, each with ``RANK``,
   ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (what torchrun would set), and watch
   them: if one fails, the others get a grace period to notice and end, then are killed.
-- mpi: re-execute this command under the venv's ``mpiexec -n world_size``.
+- mpi: re-execute this command under the venv's ``mpiexec -disable-auto-cleanup -n
+  world_size`` (the job outlives a dead rank; rank 0 decides whether the run goes on).
 
 Either way the children see the directories of architectures imported from the user's own
 modules (``archzoo run package.module:NAME``) on their ``PYTHONPATH`` (:func:`child_env`).
@@ -48,13 +49,30 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# The MPI job outlives a dead rank, so that rank 0 decides whether the run goes on without
+# it. -disable-auto-cleanup alone is not enough: hydra still kills the job when a rank dies
+# by a signal, and tells the others with SIGUSR1. So every rank runs under a shell that
+# turns its death into an exit code and takes that notice (launch/mpirun.sh does the same),
+# and ARCHZOO_MPI_SURVIVE tells a failing rank other than 0 to exit rather than abort.
+MPI_SURVIVE = ["-disable-auto-cleanup"]
+RANK_SHELL = ["sh", "-c", 'trap : USR1; "$@"; exit $?', "archzoo-rank"]
+
+
 def run_mpiexec(argv: list[str], world_size: int) -> int:
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise FileNotFoundError("mpiexec not found (pip install mpich)")
-    env = child_env(ARCHZOO_LAUNCH_TIME=str(time.time()))
-    cmd = [mpiexec, "-n", str(world_size), *child_argv(argv)]
-    return _supervise([subprocess.Popen(cmd, env=env)])
+    with tempfile.TemporaryDirectory(prefix="archzoo-") as tmp:
+        done = Path(tmp) / "done"  # rank 0 creates it when it finished the stop protocol
+        env = child_env(ARCHZOO_LAUNCH_TIME=str(time.time()), ARCHZOO_DONE_FILE=str(done),
+                        ARCHZOO_MPI_SURVIVE="1")
+        cmd = [mpiexec, *MPI_SURVIVE, "-n", str(world_size), *RANK_SHELL, *child_argv(argv)]
+        code = _supervise([subprocess.Popen(cmd, env=env)])
+        if code != 0 and code != 130 and done.exists():
+            print(f"archzoo: mpiexec exited with code {code} (a rank died); rank 0 finished "
+                  "the run without it", file=sys.stderr, flush=True)
+            return 0
+        return code
 
 
 def run_gloo(argv: list[str], world_size: int) -> int:

@@ -3,8 +3,11 @@
 Exit codes are honest under every launcher: 0 only when the run finished through the
 stop protocol. On an error the rank prints one line naming what failed (a peer, a
 deadline) and exits 1; under MPI it aborts the job, since MPICH would otherwise hang
-the surviving ranks. gloo cannot withdraw posted receives, so a gloo rank ends with
-``os._exit`` after its final barrier (buffers flushed first).
+the surviving ranks, unless the job outlives a dead rank (``ARCHZOO_MPI_SURVIVE``, set by
+archzoo's launchers): then only rank 0 aborts, after it kept what it learnt, and another
+rank just exits, for rank 0 to notice. gloo cannot withdraw posted receives, so a gloo
+rank ends with ``os._exit`` after its final barrier (buffers flushed first); so does an
+MPI rank that saw a peer die, since leaving MPI would wait for the dead.
 """
 
 from __future__ import annotations
@@ -58,16 +61,28 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     if code != 0:
         _keep_what_was_learnt(launch.rank, reason)
     close_all()  # a live progress panel left by a failed run
+    if code == 0 and launch.rank == 0:
+        _tell_launcher_done()
     if transport is not None:
-        if code != 0 and transport.backend == "mpi":
-            transport.abort(code)
-        if code == 0:
+        if code != 0 and transport.backend == "mpi" and (
+                launch.rank == 0 or not os.environ.get("ARCHZOO_MPI_SURVIVE")):
+            transport.abort(code)  # under a job that survives a death, rank 0 decides
+        lost = getattr(transport, "lost", None) or code != 0  # leaving MPI waits on the dead
+        if code == 0 and not lost:
             transport.shutdown()
-        if transport.backend == "gloo":
+        if transport.backend == "gloo" or lost:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
     return code
+
+
+def _tell_launcher_done() -> None:
+    """Rank 0 finished the stop protocol: the embedded MPI launcher then reports success
+    although mpiexec exits with a dead actor's code (archzoo/launcher.py)."""
+    path = os.environ.get("ARCHZOO_DONE_FILE")
+    if path:
+        open(path, "w").close()
 
 
 def _keep_what_was_learnt(rank: int, reason: str) -> None:

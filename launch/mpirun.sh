@@ -11,7 +11,14 @@
 # The same python environment must exist at the same path on every host (docs/multinode.md).
 # IFACE: the interface hydra and the ranks use between hosts; LAUNCHER_EXEC: a program to
 # use in place of ssh (hydra calls it as PROGRAM -x HOST COMMAND...).
+# The job outlives a dead rank, so an asynchronous run goes on without a dead actor: hydra
+# runs with -disable-auto-cleanup and every rank under a shell that turns its death by a
+# signal into an exit code and takes hydra's SIGUSR1 notice (archzoo/launcher.py explains);
+# mpiexec then exits with the dead rank's code although rank 0 finished the run.
 set -euo pipefail
+export ARCHZOO_MPI_SURVIVE=1
+SURVIVE=(-disable-auto-cleanup)
+RANK_SHELL=(sh -c 'trap : USR1; "$@"; exit $?' archzoo-rank)
 ARCH=${ARCH:-impala}
 NP=${NP:-3}
 PY=${PYTHON:-python}
@@ -24,7 +31,8 @@ if [ -n "${HOSTFILE:-}" ]; then
     export UCX_NET_DEVICES=${UCX_NET_DEVICES:-$IFACE}
   fi
   if [ -n "${LAUNCHER_EXEC:-}" ]; then extra+=(-launcher ssh -launcher-exec "$LAUNCHER_EXEC"); fi
-  exec "$MPIEXEC" -f "$HOSTFILE" -n "$NP" "${extra[@]}" -genvall "$PY" -m archzoo run "$ARCH" \
-    --backend mpi "$@"
+  exec "$MPIEXEC" "${SURVIVE[@]}" -f "$HOSTFILE" -n "$NP" "${extra[@]}" -genvall \
+    "${RANK_SHELL[@]}" "$PY" -m archzoo run "$ARCH" --backend mpi "$@"
 fi
-exec "$MPIEXEC" -n "$NP" "$PY" -m archzoo run "$ARCH" --backend mpi "$@"
+exec "$MPIEXEC" "${SURVIVE[@]}" -n "$NP" "${RANK_SHELL[@]}" "$PY" -m archzoo run "$ARCH" \
+  --backend mpi "$@"

@@ -114,7 +114,8 @@ def solve_counts(total_msgs: int, total_bytes: int, known: dict[int, int],
 
 def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
     """The pid of rank ``rank`` of the embedded run writing ``run_dir`` (found by its
-    command line, which names the run directory, and its environment's RANK)."""
+    command line, which names the run directory, and its environment's RANK, or PMI_RANK
+    under mpiexec)."""
     import time
 
     end = time.time() + deadline_s
@@ -125,7 +126,8 @@ def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
+            is_rank = f"RANK={rank}".encode() in env or f"PMI_RANK={rank}".encode() in env
+            if str(run_dir).encode() in cmd and is_rank and cmd[0] != b"sh":  # not its shell
                 return int(pid)
         time.sleep(0.2)
     raise AssertionError(f"no rank {rank} of {run_dir} within {deadline_s}s")

@@ -134,7 +134,7 @@ def _metrics(d: Path) -> list[dict]:
 
 # SEED RL is resumed under mpiexec below; Gorila's server is A3C's (harness/ps_roles.py)
 @pytest.mark.parametrize("arch,actors", [("impala", "2"), ("apex", "0"), ("ga3c", "0"),
-                                         ("a3c", "2")])
+                                         ("a3c", "2"), ("gala", "2")])
 def test_resume_goes_on_from_the_last_checkpoint(tmp_path: Path, arch: str, actors: str) -> None:
     d = tmp_path / "run"
     r = cli("run", arch, "--actors", actors, "--total-steps", "15000", "--run-dir", str(d),
@@ -298,3 +298,22 @@ def test_a_resumed_single_process_run_goes_on_bit_for_bit(tmp_path: Path) -> Non
     a, b = _policy(whole), _policy(cut)
     assert all(a[k].equal(b[k]) for k in a)
     assert _summary(whole)["episodes"] == _summary(cut)["episodes"]
+
+
+def test_allreduce_a2c_resumes_every_copy_from_the_checkpoint(tmp_path: Path) -> None:
+    """All-reduce A2C keeps no server: rank 0 checkpoints its copy (the copies are equal),
+    and on resume every worker takes rank 0's parameters, update count and optimizer
+    state. Were a worker to keep its fresh copy, the copies would differ at the end: the
+    BYE's checksum of every copy must equal rank 0's."""
+    d = tmp_path / "run"
+    flags = ["--mode", "sync", "--topology", "ring", "--actors", "3"]
+    r = cli("run", "a3c", *flags, "--total-steps", "8000", "--run-dir", str(d), *FAST)
+    assert r.returncode == 0, r.stderr
+    first = _summary(d)
+    r = cli("run", "--resume", str(d), "--total-steps", "16000", "--quiet")
+    assert r.returncode == 0, r.stderr
+    s = _summary(d)
+    assert s["checkpoints"]["resumed_from"]["updates"] == first["learner_updates"] > 0
+    assert s["learner_updates"] > first["learner_updates"] and s["env_steps"] >= 16000
+    crcs = {r: p["crc32"] for r, p in s["params_by_rank"].items()}
+    assert set(crcs) == {"1", "2"} and set(crcs.values()) == {s["params_crc32_rank0"]}

@@ -24,6 +24,7 @@ in the all-reduce as one extra element, so every rank leaves after the same roun
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,36 @@ class Worker:
         self.updates += 1
         return seg.ep_returns, seg.num_steps, False
 
+    # -- checkpoints: the copies are equal, so rank 0's is the run's ------------------------
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        return {"params": torch.from_numpy(self.params.copy()), "updates": self.updates,
+                "optimizer": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.params[:] = state["params"].numpy()
+        self.updates = int(state["updates"])
+        self.opt.load_state_dict(state["optimizer"])
+        set_flat(self.model, self.params)
+
+    def share_resumed(self, t: Any) -> None:
+        """``--resume``: rank 0 loaded the checkpoint; every rank takes its parameters,
+        update count and optimizer state (native broadcasts), so the copies are equal again."""
+        head = np.array([self.updates, self.opt.steps, self.opt.size or 0], np.int64)
+        t.broadcast(head, 0)
+        self.updates = int(head[0])
+        if t.rank != 0 and head[2]:
+            self.opt.load_state_dict({"steps": int(head[1]), "size": int(head[2]),
+                                      **{k: _zeros(int(head[2])) for k in self.opt.STATE}})
+        for buf in (self.params, *(getattr(self.opt, k) for k in self.opt.STATE if head[2])):
+            t.broadcast(buf, 0)
+        set_flat(self.model, self.params)
+
+    def crc32(self) -> int:
+        """A checksum of this copy of the parameters (every rank's must be equal)."""
+        return zlib.crc32(self.params.tobytes())
+
     def timing(self, t: Any) -> dict[str, float]:
         self.actor.close()
         return {"env": self.actor.env_s, "inference": self.actor.inference_s,
@@ -126,7 +157,9 @@ def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker, control: Contr
     """Rank 0: a worker that also keeps the learning curve and decides the stop."""
     t, cfg = ctx.transport, ctx.cfg
     meta = builders.policy_meta(cfg, spec)
-    run_dir, mon = harness.open_run(ctx, policy=(worker.model, meta))
+    run_dir, mon = harness.open_run(ctx, parts={"worker": worker}, policy=(worker.model, meta))
+    if cfg.resume is not None:
+        worker.share_resumed(t)
     stop = None
     while True:
         returns, steps, stopped = worker.round(stop is not None)
@@ -147,7 +180,8 @@ def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker, control: Contr
                               applied=applied(cfg.topology, cfg.fanout),
                               timers={"worker0": timing}, byes=byes, role="worker",
                               extra={"workers": worker.workers, "all_reduce_rounds": rounds,
-                                     "parameter_server": None})
+                                     "parameter_server": None,
+                                     "params_crc32_rank0": worker.crc32()})
 
 
 def run_other(ctx: RankContext, worker: Worker, control: ControlChannel) -> None:
@@ -155,6 +189,8 @@ def run_other(ctx: RankContext, worker: Worker, control: ControlChannel) -> None
     of every round itself)."""
     lc = harness.LeafControl(control, 0)
     reporter = harness.StatsReporter(control, 0)
+    if ctx.cfg.resume is not None:
+        worker.share_resumed(ctx.transport)
     while True:
         returns, _, stopped = worker.round(False)
         if stopped:
@@ -165,5 +201,12 @@ def run_other(ctx: RankContext, worker: Worker, control: ControlChannel) -> None
     harness.finish_leaf(ctx, control, lc, 0, {"timing": timing,
                                               "bytes": ctx.transport.counters.totals(),
                                               "updates": worker.updates,
-                                              "env_steps": worker.env_steps},
+                                              "env_steps": worker.env_steps,
+                                              "params": {"crc32": worker.crc32()}},
                         drain=lambda: None)
+
+
+def _zeros(n: int):
+    import torch
+
+    return torch.zeros(n, dtype=torch.float32)

@@ -77,6 +77,27 @@ class Agent:
             ring.broadcast(stop_flag, root)
         return bool(stop_flag[0])
 
+    # -- checkpoints: rank 0's agent --------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+
+    def share_resumed(self, t) -> None:
+        """``--resume``: rank 0 loaded its agent from the checkpoint; every agent takes its
+        parameters and update count (so the gossip rounds stay aligned). The others'
+        RMSProp moments start afresh: a checkpoint keeps rank 0's agent only."""
+        head = np.array([self.updates], np.int64)
+        t.broadcast(head, 0)
+        self.updates = int(head[0])
+        get_flat(self.model, self.flat)
+        t.broadcast(self.flat, 0)
+        set_flat(self.model, self.flat)
+
     def timing(self, t) -> dict[str, float]:
         self.actor.close()
         return {"env": self.actor.env_s, "inference": self.actor.inference_s,
@@ -127,8 +148,8 @@ def _finish(ctx: RankContext, spec: EnvSpec, run_dir, mon: Monitor, stop: str | 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """One agent, no gossip: the A2C baseline."""
     agent = Agent(ctx, spec)
-    run_dir, mon = harness.open_run(ctx, policy=(agent.model,
-                                                 builders.policy_meta(ctx.cfg, spec)))
+    run_dir, mon = harness.open_run(ctx, parts={"agent": agent},
+                                    policy=(agent.model, builders.policy_meta(ctx.cfg, spec)))
     stop = None
     while stop is None:
         _feed(mon, agent, agent.step())
@@ -154,8 +175,10 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     control = ControlChannel(t, leaves, harness.TAG_CONTROL)
     ring = _handshake(ctx, spec, control, leaves)
     agent = Agent(ctx, spec)
-    run_dir, mon = harness.open_run(ctx, policy=(agent.model,
-                                                 builders.policy_meta(ctx.cfg, spec)))
+    run_dir, mon = harness.open_run(ctx, parts={"agent": agent},
+                                    policy=(agent.model, builders.policy_meta(ctx.cfg, spec)))
+    if ctx.cfg.resume is not None:
+        agent.share_resumed(t)
     stop_flag = np.zeros(1, np.float64)
     while True:
         _feed(mon, agent, agent.step())
@@ -180,6 +203,8 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
     ring = _handshake(ctx, spec, control, [])
     lc = harness.LeafControl(control, 0)
     agent = Agent(ctx, spec)
+    if ctx.cfg.resume is not None:
+        agent.share_resumed(t)
     reporter = harness.StatsReporter(control, 0)
     stop_flag = np.zeros(1, np.float64)
     while True:

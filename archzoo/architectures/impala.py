@@ -155,7 +155,7 @@ class LearnerLink:
                                            "receiving unrolls")
             peer, msg = got
             batch = [(peer, msg)]
-            for p in inbox.ready():
+            for p in self.survivors.guard(inbox.ready, "receiving unrolls") or []:
                 if len(batch) >= (self.cfg.batch_unrolls or len(self.actors)):
                     break
                 if p != peer:

@@ -3,9 +3,22 @@
 MPICH has no timeouts and a blocked rank spins a core, so nothing here blocks:
 every operation is non-blocking and :class:`~archzoo.comm.base.Transport` polls it
 with ``Test`` and a backoff under its own deadline.
+
+MPICH does not tell the survivors when a process dies (its fault-tolerance mode is not
+built into the wheel), so the engine watches on its own: at start every rank shares its
+host and pid, and a pending operation with a peer on the same host raises
+:class:`PeerFailure` once that process is gone, as gloo does. Under ``mpiexec
+-disable-auto-cleanup`` (which ``archzoo run --backend mpi`` passes) the job outlives the
+dead rank, so an asynchronous run goes on without a dead actor; a peer on another host is
+noticed only by the deadline of a wait on it.
 """
 
 from __future__ import annotations
+
+import os
+import socket
+import time
+import zlib
 
 import numpy as np
 
@@ -24,15 +37,16 @@ def _mpi():
 
 class MPIRequest(Request):
     __slots__ = ("peer", "what", "direction", "nbytes", "_req", "_done", "_on_done", "_buf",
-                 "_rank")
+                 "_rank", "_gone")
 
     def __init__(self, req, buf: np.ndarray, peer, what: str, rank: int, on_done=None,
-                 direction: str = "from") -> None:
+                 direction: str = "from", gone=None) -> None:
         self._req, self._buf = req, buf
         self.peer, self.what, self._rank, self.direction = peer, what, rank, direction
         self.nbytes = buf.nbytes
         self._done = False
         self._on_done = on_done
+        self._gone = gone  # peer -> why it is gone, or None while it lives
 
     def test(self) -> bool:
         if self._done:
@@ -40,12 +54,21 @@ class MPIRequest(Request):
         try:
             done = self._req.Test()
         except Exception as e:  # mpi4py raises MPI.Exception with ERRORS_RETURN
-            raise PeerFailure(self._rank, self.peer, self.what, e) from e
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            why = None
+            for _ in range(50):  # a process being killed may still be listed for a moment
+                if self._gone is None or (why := self._gone(self.peer, now=True)):
+                    break
+                time.sleep(0.01)
+            raise PeerFailure(self._rank, self.peer, self.what,
+                              why or (lines[-1] if lines else repr(e))) from e
         if done:
             self._done = True
             self._buf = None
             if self._on_done is not None:
                 self._on_done(self)
+        elif self._gone is not None and (why := self._gone(self.peer)):
+            raise PeerFailure(self._rank, self.peer, self.what, why)
         return done
 
     def cancel(self) -> None:
@@ -73,6 +96,40 @@ class MPITransport(Transport):
         self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
         self._pending: set[MPIRequest] = set()  # posted receives, withdrawn at shutdown
+        self.lost: set[int] = set()  # peers whose process is gone
+        self._places = self._share_places()
+        self._checked = 0.0
+
+    def _share_places(self) -> np.ndarray:
+        """(host, pid namespace, pid) of every rank, for :meth:`gone` (a non-blocking
+        all-gather): two ranks with the same host name and pid namespace share a kernel."""
+        try:
+            pidns = os.stat("/proc/self/ns/pid").st_ino
+        except OSError:
+            pidns = 0
+        mine = np.array([zlib.crc32(socket.gethostname().encode()), pidns, os.getpid()],
+                        np.int64)
+        places = np.zeros((self.world_size, 3), np.int64)
+        self.wait(MPIRequest(self.comm.Iallgather(mine, places), places, "any",
+                             "every rank's host and pid", self.rank))
+        return places
+
+    def gone(self, peer, now: bool = False) -> str | None:
+        """Why ``peer``'s process is gone, or None if it runs (or runs on another host,
+        where it cannot be seen). Looked at every 0.2 s at most, unless ``now``."""
+        if not isinstance(peer, int | np.integer):
+            return None
+        if peer in self.lost:
+            return f"its process {int(self._places[peer, 2])} is gone"
+        t = time.monotonic()
+        if t - self._checked < 0.2 and not now:
+            return None
+        self._checked = t
+        me = tuple(self._places[self.rank, :2])
+        for r, (h, ns, pid) in enumerate(self._places):
+            if r != self.rank and (h, ns) == me and r not in self.lost and not _alive(int(pid)):
+                self.lost.add(r)
+        return self.gone(peer) if peer in self.lost else None
 
     def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
               synchronous: bool = False) -> MPIRequest:
@@ -80,7 +137,7 @@ class MPITransport(Transport):
         b = as_bytes(buf)
         send = self.comm.Issend if synchronous else self.comm.Isend
         req = MPIRequest(send([b, self.MPI.BYTE], dst, tag), b, dst, what,
-                         self.rank, direction="to")
+                         self.rank, direction="to", gone=self.gone)
         self.counters.sent(dst, b.nbytes)
         return req
 
@@ -88,7 +145,7 @@ class MPITransport(Transport):
         self._check_peer(src)
         b = as_bytes(buf)
         req = MPIRequest(self.comm.Irecv([b, self.MPI.BYTE], src, tag), b, src, what, self.rank,
-                         on_done=self._received)
+                         on_done=self._received, gone=self.gone)
         self._pending.add(req)
         return req
 
@@ -119,3 +176,21 @@ class MPITransport(Transport):
     def abort(self, code: int = 1) -> None:
         """End the whole job (an uncaught error in one rank would otherwise hang MPICH)."""
         self.MPI.COMM_WORLD.Abort(code)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed but not yet reaped by
+    mpiexec's proxy, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
