@@ -138,7 +138,8 @@ def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
 RESUME_MAY_CHANGE = frozenset({
     "total_steps", "time_limit", "target_return", "log_interval", "quiet", "tensorboard",
     "comm_timeout", "startup_timeout", "checkpoint_interval", "keep_checkpoints", "threads",
-    "device", "backend", "actors", "resume", "run_dir", "max_restarts", "min_actors"})
+    "device", "backend", "actors", "resume", "run_dir", "max_restarts", "min_actors",
+    "checkpoint_replay"})
 
 
 def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],

@@ -336,6 +336,9 @@ APEX_EVAL_WINDOW = 3  # evaluations that Ape-X's "solved" averages
 class ApexConfig(RunConfig):
     """Ape-X: rank 0 learns, then the replay shards, then the actors."""
 
+    checkpoint_replay: bool = opt(False, "every rank that holds a replay memory also "
+                                  "checkpoints it (RUN_DIR/checkpoints/replay-rank<r>.pt), and "
+                                  "--resume restores it", group="reliability")
     replay_capacity: int = opt(100_000, "transitions, all shards", group="replay")
     replay_shards: int = opt(1, "replay ranks (0 = replay inside the learner process)",
                              group="replay")

@@ -1,11 +1,12 @@
 """What checkpoints and failures cost.
 
-(a) Checkpointing: IMPALA and Ape-X (``--replay-capacity 100000``; the replay is not part
-    of a checkpoint) on CartPole, 2 actors, each run ``--seconds`` long with checkpoints
-    every second and with none but the last; steady fps of each (env steps between the
-    first metrics row after ``--warmup`` and the last, over that time), their ratio, and
-    seconds per checkpoint (summary.json ``checkpoints.save_s / saved``). Runs alternate so
-    that load on this shared machine falls on both.
+(a) Checkpointing: IMPALA and Ape-X (``--replay-capacity 100000``; the replay kept too with
+    ``--checkpoint-replay``, by its shard, in its own file) on CartPole, 2 actors, each run
+    ``--seconds`` long with checkpoints every second and with none but the last; steady fps
+    of each (env steps between the first metrics row after ``--warmup`` and the last, over
+    that time), their ratio, and seconds per checkpoint of the learner's (summary.json
+    ``checkpoints.save_s / saved``). Runs alternate so that load on this shared machine
+    falls on both.
 (b) Recovery: the learner of an embedded IMPALA run with ``--max-restarts 1`` is killed;
     the seconds from the kill to the first metrics row of the restarted run, and to the
     first row whose fps is again 90% of the fps before the kill. An actor killed in async
@@ -36,7 +37,9 @@ from tests.runs import rank_pid  # noqa: E402 - the tests' way to find a rank's 
 ARCHZOO = [sys.executable, "-m", "archzoo", "run"]
 COMMON = ["--actors", "2", "--quiet", "--log-interval", "0.5", "--total-steps", "1000000000",
           "--target-return", "1e9", "--seed", "1"]
-SETUPS = {"impala": [], "apex": ["--replay-capacity", "100000", "--eval-interval", "1e9"]}
+APEX = ["--replay-capacity", "100000", "--eval-interval", "1e9"]
+SETUPS = {"impala": ("impala", []), "apex": ("apex", APEX),  # label -> (architecture, flags)
+          "apex --checkpoint-replay": ("apex", [*APEX, "--checkpoint-replay"])}
 
 
 def rows(d: Path) -> list[dict]:
@@ -56,12 +59,12 @@ def checkpoint_cost(seconds: float, warmup: float, repeats: int, tmp: Path) -> N
     print("| architecture | fps, no periodic checkpoint | fps, one per second | ratio | "
           "s per checkpoint |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for arch, extra in SETUPS.items():
+    for label, (arch, extra) in SETUPS.items():
         fps: dict[str, list[float]] = {"off": [], "on": []}
         per = []
         for i in range(repeats):
             for mode, interval in (("off", "1e9"), ("on", "1")):
-                d = tmp / f"{arch}-{mode}-{i}"
+                d = tmp / f"{label.replace(' ', '')}-{mode}-{i}"
                 subprocess.run([*ARCHZOO, arch, *COMMON, *extra, "--time-limit", str(seconds),
                                 "--checkpoint-interval", interval, "--run-dir", str(d)],
                                check=True)
@@ -70,7 +73,7 @@ def checkpoint_cost(seconds: float, warmup: float, repeats: int, tmp: Path) -> N
                 if mode == "on":
                     per.append(c["save_s"] / max(1, c["saved"]))
         off, on = statistics.median(fps["off"]), statistics.median(fps["on"])
-        print(f"| {arch} | {off:,.0f} | {on:,.0f} | {on / off:.2f} | "
+        print(f"| {label} | {off:,.0f} | {on:,.0f} | {on / off:.2f} | "
               f"{statistics.median(per):.4f} |", flush=True)
 
 

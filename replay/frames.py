@@ -13,6 +13,8 @@ FIFO wrap-around alike).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -62,6 +64,33 @@ class FramePool:
             self.refs[slot] += 1
             slots[i] = slot
         return slots
+
+    def state_dict(self) -> dict[str, Any]:
+        """The frames up to the highest slot in use, their reference counts and the pool's
+        size (a checkpoint; content hashes are per process and are computed again)."""
+        import torch
+
+        used = np.flatnonzero(self.refs)
+        top = int(used.max()) + 1 if used.size else 0
+        return {"capacity": len(self.frames), "frames": torch.from_numpy(self.frames[:top]),
+                "refs": torch.from_numpy(self.refs[:top])}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        frames, refs = state["frames"].numpy(), state["refs"].numpy()
+        if frames.shape[1:] != self.frame_shape:
+            raise ValueError(f"frames of shape {frames.shape[1:]}, this pool keeps "
+                             f"{self.frame_shape}")
+        n = int(state["capacity"])
+        self.frames = np.zeros((n, *self.frame_shape), self.dtype)
+        self.frames[:len(frames)] = frames
+        self.refs = np.zeros(n, np.int64)
+        self.refs[:len(refs)] = refs
+        self.keys = np.zeros(n, np.int64)
+        self.index = {}
+        for slot in np.flatnonzero(self.refs):
+            self.keys[slot] = key = hash(self.frames[slot].tobytes())
+            self.index.setdefault(key, int(slot))
+        self.free = [int(i) for i in np.flatnonzero(self.refs == 0)[::-1]]
 
     def release(self, slots: np.ndarray) -> None:
         """Drop one reference to each slot; a frame nobody shows any more is freed."""

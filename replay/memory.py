@@ -8,7 +8,9 @@ Ape-X), and writes back new priorities p = |δ| + ε.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +113,39 @@ class UniformReplay:
         self._next_slot = (self._next_slot + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
         return slots, skipped
+
+    # -- checkpoints (--checkpoint-replay; replay/keeper.py) ------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The stored items (up to the size), slots, counters and sampling generator."""
+        import torch
+
+        n = self._size
+        pool = self.frame_pool
+        return {"capacity": self.capacity, "size": n, "next_slot": self._next_slot,
+                "next_id": self._next_id, "item_ids": torch.from_numpy(self._item_ids[:n]),
+                "data": {k: torch.from_numpy(v[:n]) for k, v in self._data.items()},
+                "frame_slots": {k: torch.from_numpy(f.slots[:n]) for k, f in self._frames.items()},
+                "pool": pool.state_dict() if pool is not None else None,
+                "rng": json.dumps(self._rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"a replay of capacity {state['capacity']}, this one holds "
+                             f"{self.capacity} (keep --replay-capacity and the shards)")
+        n = int(state["size"])
+        for k, v in state["data"].items():
+            if k not in self._data or tuple(v.shape[1:]) != self._data[k].shape[1:]:
+                raise ValueError(f"replay field {k!r} of shape {tuple(v.shape[1:])} does not "
+                                 "fit this memory")
+            self._data[k][:n] = v.numpy()
+        for k, v in state["frame_slots"].items():
+            self._frames[k].slots[:n] = v.numpy()
+        if state["pool"] is not None:
+            self.frame_pool.load_state_dict(state["pool"])
+        self._item_ids[:n] = state["item_ids"].numpy()
+        self._size, self._next_slot = n, int(state["next_slot"])
+        self._next_id = int(state["next_id"])
+        self._rng.bit_generator.state = json.loads(state["rng"])
 
     def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """Append a batch (leading axis = items), evicting the oldest; returns the slots used.
@@ -217,6 +252,19 @@ class PrioritizedReplay(UniformReplay):
                                          self._size, beta)
         self._samples += 1
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        return {**super().state_dict(), "samples": self._samples,
+                "sum_tree": torch.from_numpy(self._sum._tree),
+                "min_tree": torch.from_numpy(self._min._tree)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._samples = int(state["samples"])
+        self._sum._tree[:] = state["sum_tree"].numpy()
+        self._min._tree[:] = state["min_tree"].numpy()
 
     def update_priorities(
         self, idx: np.ndarray, item_ids: np.ndarray, priorities: np.ndarray

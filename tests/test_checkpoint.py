@@ -317,3 +317,25 @@ def test_allreduce_a2c_resumes_every_copy_from_the_checkpoint(tmp_path: Path) ->
     assert s["learner_updates"] > first["learner_updates"] and s["env_steps"] >= 16000
     crcs = {r: p["crc32"] for r, p in s["params_by_rank"].items()}
     assert set(crcs) == {"1", "2"} and set(crcs.values()) == {s["params_crc32_rank0"]}
+
+
+@pytest.mark.parametrize("actors", ["0", "2"])
+def test_checkpoint_replay_restores_the_memory_where_it_lives(tmp_path: Path,
+                                                              actors: str) -> None:
+    """--checkpoint-replay: the rank holding the replay (the single process, or Ape-X's
+    shard, rank 1) writes its own replay checkpoint, and a resumed run restores it: the
+    memory's counts go on from the first part (without it they would restart at 0)."""
+    d = tmp_path / "run"
+    r = cli("run", "apex", "--actors", actors, "--checkpoint-replay", "--total-steps", "6000",
+            "--learning-starts", "1000", "--run-dir", str(d), *FAST)
+    assert r.returncode == 0, r.stderr
+    first = _summary(d)
+    rank = 0 if actors == "0" else 1
+    path = checkpoint.checkpoint_dir(d) / f"replay-rank{rank}.pt"
+    raw = torch.load(path, weights_only=True)  # readable without archzoo
+    assert raw["format"] == "archzoo-replay" and raw["memory"]["size"] > 1000
+    r = cli("run", "--resume", str(d), "--total-steps", "7500", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert f"rank {rank}: replay restored from {path}" in r.stderr, r.stderr
+    s = _summary(d)
+    assert s["replay_inserted"] > first["replay_inserted"]

@@ -158,3 +158,55 @@ def test_pool_keeps_colliding_or_equal_content_apart_correctly() -> None:
     assert len(pool) == 4  # a is still shown once
     pool.release(sa2)
     assert len(pool) == 3 and pool.refs[sa[0]] == 0
+
+
+@pytest.mark.parametrize("frames", [None, (("obs", "next_obs"), 0)])
+@pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay])
+def test_a_memory_restored_from_its_state_goes_on_as_the_original(tmp_path, cls,
+                                                                  frames) -> None:
+    """--checkpoint-replay (replay/keeper.py): a memory saved half-way (through a real
+    ``torch.save`` file read with ``weights_only``) and restored into a fresh memory, then
+    fed and sampled like the original, gives the same samples, weights, priorities and
+    stored items, frames and all (the frame index is rebuilt from the frames)."""
+    import torch
+
+    items = stream(envs=3, steps=120, n=3, seed=0)
+    fields = memory_fields(SHAPE, np.uint8)
+
+    def make():
+        return cls(100, fields, seed=1, frames=frames)
+
+    def feed(mem, bs):
+        for b in bs:
+            if cls is PrioritizedReplay:
+                mem.add(b, np.arange(1, len(b["ret"]) + 1, dtype=np.float64))
+            else:
+                mem.add(b)
+
+    def draw(mem):
+        s = mem.sample(32)
+        if cls is PrioritizedReplay:
+            mem.update_priorities(s.idx, s.item_ids, np.linspace(0.1, 3.0, 32))
+        return s
+
+    all_b = list(batches(items, 23))
+    orig = make()
+    feed(orig, all_b[:9])  # past the first wrap-around
+    draw(orig)
+    torch.save(orig.state_dict(), tmp_path / "replay.pt")
+    back = make()
+    back.load_state_dict(torch.load(tmp_path / "replay.pt", weights_only=True))
+    for mem in (orig, back):
+        feed(mem, all_b[9:])
+    for _ in range(3):
+        a, b = draw(orig), draw(back)
+        np.testing.assert_array_equal(a.idx, b.idx)
+        for k in fields:
+            np.testing.assert_array_equal(a.data[k], b.data[k], err_msg=k)
+        if cls is PrioritizedReplay:
+            np.testing.assert_array_equal(a.weights, b.weights)
+    idx = np.arange(100)
+    for k in fields:
+        np.testing.assert_array_equal(orig._gather(idx).data[k], back._gather(idx).data[k])  # noqa: SLF001
+    with pytest.raises(ValueError, match="capacity"):
+        cls(50, fields, seed=1, frames=frames).load_state_dict(orig.state_dict())

@@ -31,6 +31,7 @@ from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.runlog import Timers
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
+from replay.keeper import ReplayKeeper
 from replay.server import (
     LocalReplayClient,
     RateLimiter,
@@ -80,7 +81,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     control = ControlChannel(t, leaves, harness.TAG_CONTROL)
     publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, params_schema(n_params), actors,
                                 harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
-    inserts = None
+    inserts = memory = None
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert,
                           min_sample=cfg.batch_size)
     if shards:
@@ -92,6 +93,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         inserts = Inbox(t, builders.transitions(cfg, spec), actors,
                         harness.TAG_TRANSITIONS, depth=2, what="transitions")
         client = LocalReplayClient(memory, cfg.batch_size, limiter)
+    keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --replay-shards 0
     harness.handshake_root(control, leaves, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
     run_dir, mon = harness.open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
@@ -125,6 +127,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
             survivors.guard(publisher.pump, "sending parameters")
         c = t.counters.totals()
         mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
+        keeper.maybe_save()
 
     client.request(on_poll=service)
     stop = None
@@ -150,6 +153,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     byes = harness.finish_root(ctx, control, leaves, drain,
                                outstanding=lambda: publisher.wait_all(on_poll=drain),
                                survivors=survivors)
+    keeper.save()
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
     keys = ("inserted", "sampled", "priority_updates", "priorities_applied")
@@ -179,6 +183,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
                           min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, mine, 0, cfg.insert_capacity(),
                           cfg.batch_size, limiter, harness.REPLAY_TAGS, spec.obs_dtype)
+    keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --checkpoint-replay
     n_params = num_params(builders.q_network(cfg, spec))
     harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
                            cfg.startup_timeout)
@@ -191,11 +196,13 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
             busy_s += time.perf_counter() - t0
         else:
             t.idle(2e-4)
+        keeper.maybe_save()
 
     def drain() -> None:
         server.drain_inserts(force=True)
 
     server.flush(on_poll=drain)
+    keeper.save()
     stats = {"timing": {"serve": busy_s, "wait": t.wait_s}, "inserted": limiter.inserted,
              "sampled": limiter.sampled, "size": len(memory), "bytes": t.counters.totals(),
              "priority_updates": server.priority_updates,

@@ -38,6 +38,7 @@ from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, descri
 from archzoo.topology.star import params_schema
 from learners.dqn import dqn_gradient
 from paramserver import ParamShard, PSClient, PSTags, make_optimizer, ps_schemas, shard_bounds
+from replay.keeper import ReplayKeeper
 from replay.server import RateLimiter, ReplayServer, ShardedReplayClient
 
 PS_TAGS = PSTags.at(20)
@@ -134,6 +135,7 @@ def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: lis
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, spec.obs_shape, actors, learners, cfg.insert_capacity(),
                           cfg.batch_size, limiter, harness.REPLAY_TAGS, spec.obs_dtype)
+    keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --checkpoint-replay
     n_params = num_params(builders.q_network(cfg, spec))
     harness.handshake_leaf(control, 0, _digests(cfg, spec, n_params),
                            cfg.startup_timeout)
@@ -142,11 +144,13 @@ def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: lis
         lc.poll()
         if not server.serve():
             t.idle(2e-4)
+        keeper.maybe_save()
 
     def drain() -> None:
         server.drain_inserts(force=True)
 
     server.flush(on_poll=drain)
+    keeper.save()
     harness.finish_leaf(ctx, control, lc, 0, {"replay": {"inserted": limiter.inserted,
                                                          "sampled": limiter.sampled,
                                                          "size": len(memory)},

@@ -18,6 +18,7 @@ from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed, finish_single, open_run
 from archzoo.harness.protocol import RankContext
 from archzoo.nets import get_flat, num_params, set_flat
+from replay.keeper import ReplayKeeper
 from replay.server import LocalReplayClient, RateLimiter, insert
 
 SINGLE_PROCESS_SPI = 4.0  # with --samples-per-insert 0: a usual DQN replay ratio
@@ -39,6 +40,7 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI,
                           min_sample=cfg.batch_size)
     client = LocalReplayClient(memory, cfg.batch_size, limiter)
+    keeper = ReplayKeeper(cfg, 0, memory, limiter)  # --checkpoint-replay
     msg = builders.transitions(cfg, spec).new()
     flat = np.zeros(num_params(policy), np.float32)
 
@@ -63,7 +65,9 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         mon.add_eval(evaluator.maybe_run(actor.greedy, cfg.eval_interval))
         mon.updates = learner.version
         mon.maybe_log()
+        keeper.maybe_save()
         stop = mon.check_stop()
+    keeper.save()
     actor.close()
     evaluator.close()
     return finish_single(ctx, run_dir, mon, stop, learner,
