@@ -194,7 +194,8 @@ def test_resume_refuses_bad_input(tmp_path: Path) -> None:
 
 def test_a_killed_actor_leaves_a_run_to_resume(tmp_path: Path) -> None:
     """Sync IMPALA cannot go on without an actor: the run fails naming the rank, but rank 0
-    keeps a checkpoint, policy.pt and summary.json, and --resume continues it."""
+    keeps a checkpoint, policy.pt and summary.json, and --resume continues it to the
+    target return."""
     d = tmp_path / "run"
     proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--mode", "sync", "--actors", "2",
                              "--time-limit", "120", "--comm-timeout", "10", "--run-dir", str(d),
@@ -213,10 +214,11 @@ def test_a_killed_actor_leaves_a_run_to_resume(tmp_path: Path) -> None:
     s = _summary(d)
     assert s["stop_reason"].startswith("error:") and "rank 2" in s["stop_reason"]
     assert (d / "policy.pt").is_file() and s["checkpoints"]["latest"]
-    r = cli("run", "--resume", str(d), "--time-limit", "300",
-            "--total-steps", str(s["env_steps"] + 5000))
+    r = cli("run", "--resume", str(d), "--time-limit", "300", "--target-return", "150")
     assert r.returncode == 0, r.stderr
-    assert _summary(d)["checkpoints"]["resumed_from"]["env_steps"] == s["env_steps"]
+    end = _summary(d)
+    assert end["checkpoints"]["resumed_from"]["env_steps"] == s["env_steps"]
+    assert end["stop_reason"] == "target" and end["final_mean_return"] >= 150
 
 
 def test_resume_under_mpiexec_a_run_made_embedded(tmp_path: Path) -> None:
