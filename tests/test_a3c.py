@@ -72,8 +72,8 @@ def check(d: Path, backend: str, world: int, shards: int) -> dict:
     return s
 
 
+# --actors 2 (world 3, async) is test_torchrun's run (the launcher changes nothing else)
 @pytest.mark.parametrize("extra,world,shards", [
-    (["--actors", "2"], 3, 1),
     (["--actors", "2", "--ps-shards", "2"], 4, 2),
     (["--actors", "2", "--mode", "sync"], 3, 1),
     (["--actors", "3", "--mode", "sync", "--ps-drop", "1"], 4, 1),

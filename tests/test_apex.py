@@ -53,7 +53,8 @@ def test_single_process_and_eval(tmp_path: Path) -> None:
     assert res["policy"] == "greedy" and res["episodes"] == 3
 
 
-@pytest.mark.parametrize("backend,shards", [("gloo", 1), ("gloo", 0), ("mpi", 2)])
+# gloo with one shard (world 4) is test_torchrun's run (the launcher changes nothing else)
+@pytest.mark.parametrize("backend,shards", [("gloo", 0), ("mpi", 2)])
 def test_embedded(tmp_path: Path, backend: str, shards: int) -> None:
     d = tmp_path / "run"
     r = cli("run", "apex", "--actors", "2", "--replay-shards", str(shards), "--backend",

@@ -112,8 +112,8 @@ def test_single_process(tmp_path: Path) -> None:
     check(d, "none", 1)
 
 
+# gloo with the default flags is test_torchrun's run (the launcher changes nothing else)
 @pytest.mark.parametrize("backend,extra", [
-    ("gloo", []),
     ("mpi", []),
     ("gloo", ["--predictors", "2", "--trainers", "2", "--training-queue", "2",
               "--batch-unrolls", "1", "--loss", "vtrace"]),

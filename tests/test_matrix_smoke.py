@@ -21,7 +21,7 @@ BROADCAST = ("tree", "butterfly", "ring")
 
 # (arch, topology, mode, backend) -> "file::test" that runs it
 ELSEWHERE: dict[tuple[str, str, str, str], str] = {
-    ("impala", "star", "async", "gloo"): "test_impala.py::test_embedded",
+    ("impala", "star", "async", "gloo"): "test_impala.py::test_torchrun",
     ("impala", "star", "async", "mpi"): "test_impala.py::test_embedded",
     ("impala", "star", "sync", "gloo"): "test_impala.py::test_embedded",
     ("impala", "star", "sync", "mpi"): "test_impala.py::test_mpiexec_sync",
@@ -41,7 +41,7 @@ ELSEWHERE: dict[tuple[str, str, str, str], str] = {
     ("gorila", "star", "async", "mpi"): "test_gorila.py::test_mpiexec",
     ("gala", "ring", "async", "gloo"): "test_gala.py::test_embedded_gloo",
     ("gala", "ring", "async", "mpi"): "test_gala.py::test_mpiexec",
-    ("seed", "star", "async", "gloo"): "test_seed.py::test_embedded",
+    ("seed", "star", "async", "gloo"): "test_seed.py::test_torchrun",
     ("seed", "star", "async", "mpi"): "test_seed.py::test_mpiexec",
     ("seed", "star", "sync", "gloo"): "test_seed.py::test_embedded",
     ("ga3c", "star", "async", "gloo"): "test_ga3c.py::test_embedded",
