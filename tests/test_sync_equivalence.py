@@ -92,8 +92,8 @@ def _run(tmp: Path, arch: str, backend: str, hp: dict) -> tuple[dict, dict[str, 
             *_flags(hp), "--quiet", "--run-dir", str(d))
     assert r.returncode == 0, r.stdout + r.stderr
     s = load_run(d)
-    assert (s["backend"], s["world_size"], s["mode"], s["stop_reason"]) == \
-        (backend, 3, "sync", "steps"), s
+    assert (s["backend"], s["world_size"], s["mode"], s["topology"], s["stop_reason"]) == \
+        (backend, 3, "sync", "star", "steps"), s
     return s, torch.load(d / "policy.pt", weights_only=True)["state_dict"]
 
 
