@@ -112,9 +112,9 @@ def test_single_process(tmp_path: Path) -> None:
     check(d, "none", 1)
 
 
-# gloo with the default flags is test_torchrun's run (the launcher changes nothing else)
+# gloo with the default flags is test_torchrun's run, MPI with them test_mpiexec's (the
+# launcher changes nothing else; archzoo starting mpiexec itself is in test_pixels.py)
 @pytest.mark.parametrize("backend,extra", [
-    ("mpi", []),
     ("gloo", ["--predictors", "2", "--trainers", "2", "--training-queue", "2",
               "--batch-unrolls", "1", "--loss", "vtrace"]),
 ])
