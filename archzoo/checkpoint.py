@@ -141,3 +141,49 @@ class Checkpointer:
         self.save_s += time.perf_counter() - t0
         self.last = self.clock()
         return path
+
+
+class OwnCheckpoint:
+    """A rank's own checkpoint file, ``RUN_DIR/checkpoints/<name>.pt``, for state that lives
+    on a rank other than the deciding one (a replay memory, a parameter-server slice): one
+    file, replaced atomically, with ``format`` and ``kind`` checked on load."""
+
+    def __init__(self, run_dir: str | Path, name: str, kind: str, interval_s: float) -> None:
+        import time
+
+        self.path = checkpoint_dir(run_dir) / f"{name}.pt"
+        self.kind, self.interval_s = kind, interval_s
+        self._clock = time.monotonic
+        self.last = self._clock()
+        self.saved = 0
+
+    def due(self) -> bool:
+        """At least ``interval_s`` since the last save."""
+        return self._clock() - self.last >= self.interval_s
+
+    def save(self, state: dict[str, Any]) -> Path:
+        import torch
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "wb") as f:
+            torch.save({"format": FORMAT, "format_version": FORMAT_VERSION,
+                        "kind": self.kind, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.last = self._clock()
+        self.saved += 1
+        return self.path
+
+    def load(self) -> dict[str, Any]:
+        """The file's contents; :class:`CheckpointError` if it is missing, unreadable, of
+        another format version or of another kind."""
+        if not self.path.is_file():
+            raise CheckpointError(f"--resume: no {self.kind} checkpoint {self.path} (the run "
+                                  "did not write one before it ended)")
+        state = load(self.path)
+        if state.get("kind") != self.kind:
+            raise CheckpointError(f"checkpoint {self.path}: holds {state.get('kind')!r}, "
+                                  f"not {self.kind!r}")
+        return state

@@ -194,6 +194,11 @@ def check_checkpoint(run_dir: str, arch: str, env: str | None) -> None:
         if state.get(what) not in (None, want):
             raise UsageError(f"--resume: checkpoint {path} is of {what} {state.get(what)!r}, "
                              f"the run in {run_dir} is {want!r}")
+    for own in sorted(path.parent.glob("*-rank*.pt")):  # the ranks' own (OwnCheckpoint)
+        try:
+            load(own)
+        except CheckpointError as e:
+            raise UsageError(f"--resume: {e}") from None
 
 
 def check_run_dir(cfg: RunConfig) -> None:

@@ -444,8 +444,6 @@ class GorilaConfig(ApexConfig):
         r.need(self.device != "cuda" or self.actors == 0, "--device cuda: gorila's learner "
                "ranks compute on the CPU (only --actors 0 uses --device); use --device cpu "
                "or auto")
-        r.need(self.resume is None or self.ps_shards == 1, "--resume: a parameter server "
-               "split over --ps-shards > 1 writes no checkpoints yet (use --ps-shards 1)")
         super().check(r)
 
 
@@ -495,8 +493,6 @@ class A3CConfig(A2CRunConfig):
         r.need(self.ps_drop < workers, f"--ps-drop {self.ps_drop} must be < the number of "
                f"actor-learners W = {workers} (a round waits for W - D of them)")
         r.positive(self, "rms_eps")
-        r.need(self.resume is None or self.ps_shards == 1, "--resume: a parameter server "
-               "split over --ps-shards > 1 writes no checkpoints yet (use --ps-shards 1)")
         super().check(r)
 
 

@@ -335,9 +335,36 @@ def test_checkpoint_replay_restores_the_memory_where_it_lives(tmp_path: Path,
     rank = 0 if actors == "0" else 1
     path = checkpoint.checkpoint_dir(d) / f"replay-rank{rank}.pt"
     raw = torch.load(path, weights_only=True)  # readable without archzoo
-    assert raw["format"] == "archzoo-replay" and raw["memory"]["size"] > 1000
+    assert raw["kind"] == "replay" and raw["memory"]["size"] > 1000
     r = cli("run", "--resume", str(d), "--total-steps", "7500", "--quiet")
     assert r.returncode == 0, r.stderr
     assert f"rank {rank}: replay restored from {path}" in r.stderr, r.stderr
     s = _summary(d)
     assert s["replay_inserted"] > first["replay_inserted"]
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_server_split_over_shards_resumes_every_slice(tmp_path: Path, mode: str) -> None:
+    """--ps-shards 2: shard 0's slice is in the run's checkpoint, shard 1 keeps its own
+    (ps-rank1.pt); a resumed run loads both, so each shard's version goes on from where it
+    stopped (a fresh slice would start at 0). A truncated slice file is refused before
+    anything is written."""
+    d = tmp_path / "run"
+    r = cli("run", "a3c", "--mode", mode, "--actors", "2", "--ps-shards", "2",
+            "--total-steps", "8000", "--run-dir", str(d), *FAST)
+    assert r.returncode == 0, r.stderr
+    first = _summary(d)
+    path = checkpoint.checkpoint_dir(d) / "ps-rank1.pt"
+    assert torch.load(path, weights_only=True)["kind"] == "ps-slice"
+    r = cli("run", "--resume", str(d), "--total-steps", "16000", "--quiet")
+    assert r.returncode == 0, r.stderr
+    s = _summary(d)
+    for shard in ("0", "1"):
+        assert s["ps"][shard]["version"] > first["ps"][shard]["version"] > 0, shard
+    assert s["checkpoints"]["resumed_from"]["updates"] == first["learner_updates"]
+    path.write_bytes(path.read_bytes()[:100])
+    before = {p.name: p.stat().st_mtime_ns for p in d.rglob("*") if p.is_file()}
+    r = cli("run", "--resume", str(d), "--total-steps", "20000", "--quiet")
+    assert r.returncode == 2 and "cannot read it" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert before == {p.name: p.stat().st_mtime_ns for p in d.rglob("*") if p.is_file()}

@@ -169,7 +169,7 @@ def test_host_b_dies(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
         multinode.wait(procs, 10)
         log.seek(0)
         s = json.loads((d / "summary.json").read_text())
-        assert s["stop_reason"] in ("time_limit", "target"), (s["stop_reason"], log.read())
+        assert s["stop_reason"] in ("time", "target"), (s["stop_reason"], log.read())
         assert {int(r) for r in s["dead_actors"]} == {2, 3}, s["dead_actors"]
     else:
         code = multinode.wait(procs, 60)

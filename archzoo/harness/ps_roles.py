@@ -3,6 +3,8 @@
 Shard 0 also decides: it keeps the learning curve from the workers' statistics, runs the
 stop protocol and writes the run directory. The other shards serve until every worker has
 said BYE, then send shard 0 their slice, so policy.pt holds the server's final parameters.
+Shard 0's slice is in the run's checkpoints; every other shard keeps its own
+(:class:`SliceCheckpoint`).
 In async mode an actor that dies is dropped (the shards stop serving it; shard 0 counts
 it, :class:`~archzoo.harness.survivors.Survivors`) and the run goes on.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from archzoo.checkpoint import OwnCheckpoint
 from archzoo.comm import ControlChannel, Message
 from archzoo.harness.finish import open_run
 from archzoo.harness.protocol import (
@@ -65,9 +68,11 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
         control = ControlChannel(t, [0], TAG_CONTROL)
         handshake_leaf(control, 0, digests, cfg.startup_timeout)
         lc = LeafControl(control, 0)
+        own = SliceCheckpoint(ctx, shard)
         # serve until every worker said BYE (they stop on rank 0's STOP); the run's own
         # limit plus the stop protocol's deadline bound a silent worker
-        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout)
+        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout, should_stop=own.maybe_save)
+        own.save()
         mine = params_schema(shard.params.size).new()
         mine["params"][:] = shard.params
         mine["version"][...] = shard.version
@@ -89,7 +94,7 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
         set_flat(model, shard.params)
         return model
 
-    run_dir, mon = open_run(ctx, eval_window, parts={"ps": shard} if whole else None,
+    run_dir, mon = open_run(ctx, eval_window, parts={"ps": shard},  # shard 0's slice
                             policy=(policy, meta) if whole else None)
     survivors = Survivors(0, actors if cfg.mode == "async" else [], cfg.min_actors,
                           mon.elapsed)
@@ -122,6 +127,31 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
         t.wait(req)
         final["params"][slice(*bounds[shards.index(r)])] = slices[r]["params"]
     return ShardRun(run_dir, mon, stop, byes, final, survivors)
+
+
+class SliceCheckpoint:
+    """The slice of a shard other than 0 in its own file (``ps-rank<r>.pt``), which
+    ``--resume`` loads; shard 0's slice is in the run's checkpoint. Async: every
+    ``--checkpoint-interval`` seconds and at the stop (the slices may then be some updates
+    apart, as they are while the shards serve); sync: at the stop only, since the shards'
+    clocks are apart and periodic saves would mix rounds."""
+
+    def __init__(self, ctx: RankContext, shard: ParamShard) -> None:
+        cfg = ctx.cfg
+        self.shard, self.periodic = shard, cfg.mode == "async"
+        self.file = OwnCheckpoint(cfg.run_dir, f"ps-rank{ctx.rank}", "ps-slice",
+                                  cfg.checkpoint_interval)
+        if cfg.resume is not None:
+            shard.load_state_dict(self.file.load()["ps"])
+
+    def maybe_save(self) -> bool:
+        """For :meth:`ParamShard.run`'s ``should_stop``: save when due; never stop."""
+        if self.periodic and self.file.due():
+            self.save()
+        return False
+
+    def save(self) -> None:
+        self.file.save({"ps": self.shard.state_dict()})
 
 
 def shard_stats(shard: ParamShard, shards: list[int], byes: dict[int, Any]) -> dict[str, Any]:
