@@ -63,8 +63,10 @@ class EnvSpec:
         return len(self.obs_shape) == 3
 
 
-def _gym():
-    """gymnasium, with archzoo's, ale-py's and MinAtar's environments registered."""
+def _gym(env_id: str = ""):
+    """gymnasium, with archzoo's and ale-py's environments registered, and MinAtar's when
+    ``env_id`` is one of them (importing MinAtar takes 1.4 s: it imports matplotlib and
+    scipy, and every rank of every run would pay for it)."""
     import gymnasium as gym
 
     from archzoo.synthetic import register_synthetic
@@ -76,13 +78,14 @@ def _gym():
         gym.register_envs(ale_py)
     except ImportError:
         pass
-    try:
-        import minatar.gym
+    if env_id.startswith("MinAtar/"):
+        try:
+            import minatar.gym
 
-        if "MinAtar/Breakout-v1" not in gym.registry:
-            minatar.gym.register_envs()
-    except ImportError:
-        pass
+            if "MinAtar/Breakout-v1" not in gym.registry:
+                minatar.gym.register_envs()
+        except ImportError:
+            pass
     return gym
 
 
@@ -108,7 +111,7 @@ def parse_env_kwargs(text: str | dict | None) -> dict[str, Any]:
 
 def check_env_id(env_id: str) -> None:
     """Raise EnvError with one clear line if gymnasium doesn't know ``env_id``."""
-    gym = _gym()
+    gym = _gym(env_id)
 
     try:
         gym.spec(env_id)
@@ -123,7 +126,7 @@ def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
     """Spaces of ``env_id`` made with ``kwargs``; only Box observations and Discrete actions.
 
     ``clip_rewards`` None means: on for ALE ids, off otherwise."""
-    gym = _gym()
+    gym = _gym(env_id)
     check_env_id(env_id)
     kw = parse_env_kwargs(kwargs)
     atari = is_atari(env_id)
@@ -154,7 +157,7 @@ def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
 
 def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
           episodic_life: bool):
-    gym = _gym()
+    gym = _gym(env_id)
     if atari:
         from ale_py.vector_env import AtariVectorEnv
 
