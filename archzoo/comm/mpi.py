@@ -6,8 +6,8 @@ with ``Test`` and a backoff under its own deadline.
 
 MPICH does not tell the survivors when a process dies (its fault-tolerance mode is not
 built into the wheel), so the engine watches on its own: at start every rank shares its
-host and pid, and a pending operation with a peer on the same host raises
-:class:`PeerFailure` once that process is gone, as gloo does. Under ``mpiexec
+kernel's boot id, pid namespace and pid, and a pending operation with a peer on the same
+kernel raises :class:`PeerFailure` once that process is gone, as gloo does. Under ``mpiexec
 -disable-auto-cleanup`` (which ``archzoo run --backend mpi`` passes) the job outlives the
 dead rank, so an asynchronous run goes on without a dead actor; a peer on another host is
 noticed only by the deadline of a wait on it.
@@ -101,14 +101,19 @@ class MPITransport(Transport):
         self._checked = 0.0
 
     def _share_places(self) -> np.ndarray:
-        """(host, pid namespace, pid) of every rank, for :meth:`gone` (a non-blocking
-        all-gather): two ranks with the same host name and pid namespace share a kernel."""
+        """(kernel, pid namespace, pid) of every rank, for :meth:`gone` (a non-blocking
+        all-gather): two ranks see each other's pids when they run on the same kernel (the
+        same boot id; the host name where there is none) in the same pid namespace."""
         try:
             pidns = os.stat("/proc/self/ns/pid").st_ino
         except OSError:
             pidns = 0
-        mine = np.array([zlib.crc32(socket.gethostname().encode()), pidns, os.getpid()],
-                        np.int64)
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                kernel = f.read().strip()
+        except OSError:
+            kernel = socket.gethostname()
+        mine = np.array([zlib.crc32(kernel.encode()), pidns, os.getpid()], np.int64)
         places = np.zeros((self.world_size, 3), np.int64)
         self.wait(MPIRequest(self.comm.Iallgather(mine, places), places, "any",
                              "every rank's host and pid", self.rank))
