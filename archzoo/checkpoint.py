@@ -54,20 +54,27 @@ def latest(run_dir: str | Path) -> Path | None:
 
 def save(run_dir: str | Path, state: dict[str, Any], step: int, keep: int) -> Path:
     """Write ``state`` atomically as the checkpoint of ``step``; keep the last ``keep``."""
-    import torch
 
     d = checkpoint_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"ckpt-{step:012d}.pt"
-    tmp = d / f".{final.name}.tmp"
+    write_atomic(final, state)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def write_atomic(path: Path, state: dict[str, Any]) -> None:
+    """``torch.save`` ``state`` with the format fields to a temporary name in the same
+    directory, flush it to disk, then rename: a reader sees the old file or the new one."""
+    import torch
+
+    tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         torch.save({"format": FORMAT, "format_version": FORMAT_VERSION, **state}, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, final)  # atomic on POSIX: a reader sees the old file or the new one
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
-    return final
+    os.replace(tmp, path)
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -162,16 +169,8 @@ class OwnCheckpoint:
         return self._clock() - self.last >= self.interval_s
 
     def save(self, state: dict[str, Any]) -> Path:
-        import torch
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, "format_version": FORMAT_VERSION,
-                        "kind": self.kind, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, {"kind": self.kind, **state})
         self.last = self._clock()
         self.saved += 1
         return self.path
