@@ -39,6 +39,13 @@ _LAUNCH_SCRIPT = """#!/bin/sh
 [ "$1" = "-x" ] && shift
 host=$1
 shift
+if [ ! -e "/run/netns/$host" ]; then
+    # like ssh: name the host, exit 255; pause first so that hydra forwards this line
+    # before it sees the exit (under load it may otherwise print only its own error)
+    echo "netns-launch: could not resolve hostname $host: no such simulated host" >&2
+    sleep 1
+    exit 255
+fi
 exec ip netns exec "$host" sh -c "$*"
 """
 
