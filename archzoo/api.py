@@ -81,14 +81,14 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
     resolved config (backend, actors, run directory filled in)."""
     from archzoo.cli import T_START, _forward_argv, validate_run
 
-    arch, where, resolved, world = validate_run(cfg, given)
+    record, where, resolved, world = validate_run(cfg, given)
     if where.under_launcher or (world == 1 and in_process):
         if not in_process:
             raise UsageError("archzoo.run starts its own processes: call it outside torchrun "
                              "or mpiexec (under a launcher use the archzoo command)")
         from archzoo.worker import run_rank
 
-        return run_rank(arch, resolved, where, T_START), resolved
+        return run_rank(record.load(), resolved, where, T_START), resolved
     child = _forward_argv(config_argv(cfg, given), resolved)
     code = _start(child, world, resolved.backend)
     for attempt in range(1, resolved.max_restarts + 1):

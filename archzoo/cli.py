@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from archzoo.config import Rules, RunConfig, flag_fields, flag_name
 from archzoo.errors import EXIT_USAGE, UsageError
+from archzoo.model_shapes import MODELS
 
 T_START = float(os.environ.get("ARCHZOO_LAUNCH_TIME", time.time()))
 
@@ -262,8 +263,9 @@ def parse(argv: list[str]) -> Any:
 def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, int]:
     """Check the config and the launch; resolve what the user left open.
 
-    Returns (architecture module, Launch, resolved config, world size); the config that
-    came in is not changed."""
+    Returns (the Architecture record, Launch, resolved config, world size); the config
+    that came in is not changed. The architecture's module (and with it torch) is not
+    imported here: a parent that only starts the ranks never needs it."""
     from archzoo.architectures import dir_name, get
     from archzoo.comm.factory import detect_launch
     from archzoo.envs import EnvError, env_spec
@@ -272,7 +274,6 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         record = get(cfg.arch)
     except KeyError as e:
         raise UsageError(e.args[0]) from None
-    arch = record.load()
     rules = Rules()
     RunConfig.check(cfg, rules)  # the common flags first, before the env is made
     if rules.problem:
@@ -347,11 +348,19 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name = f"{dir_name(record.name)}-{cfg.env}-{cfg.backend}-{stamp}"
         cfg = cfg.replace(run_dir=str(Path("runs") / name))
-    return arch, launch, cfg, world
+    return record, launch, cfg, world
 
 
 def _check_model(cfg: RunConfig, spec: Any) -> None:
-    """The chosen torso must take this env's observations (built once on the CPU)."""
+    """The chosen torso must take this env's observations: the built-in ones by their
+    shape rules, a user's factory by building it once on the CPU."""
+    from archzoo.model_shapes import check_builtin
+
+    try:
+        if check_builtin(cfg.model, spec.obs_shape) in MODELS:
+            return
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     import torch
 
     from archzoo.nets import make_torso

@@ -25,24 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-MODELS = ("mlp", "nature-cnn", "impala-cnn")
-NATURE_MIN_SIZE = 36  # the Nature torso needs at least this many pixels per side
-
-
-def default_model(obs_shape: tuple[int, ...]) -> str:
-    """Images get a CNN (the Nature torso where it fits, else IMPALA's), vectors the MLP."""
-    if len(obs_shape) != 3:
-        return "mlp"
-    h, w = _image_hw(obs_shape)
-    return "nature-cnn" if min(h, w) >= NATURE_MIN_SIZE else "impala-cnn"
-
-
-def _channels_last(obs_shape: tuple[int, ...]) -> bool:
-    return len(obs_shape) == 3 and obs_shape[0] > obs_shape[-1]
-
-
-def _image_hw(obs_shape: tuple[int, ...]) -> tuple[int, int]:
-    return (obs_shape[0], obs_shape[1]) if _channels_last(obs_shape) else obs_shape[1:]
+from archzoo.model_shapes import MODELS, channels_last, check_builtin, image_channels, image_hw
 
 
 class NatureCNN(nn.Module):
@@ -107,7 +90,7 @@ class Torso(nn.Module):
         self.scale = 1.0 / 255.0 if np.dtype(obs_dtype) == np.uint8 else None
         self.image = image
         self.flatten = (not image) if flatten is None else flatten
-        self.permute = image and _channels_last(obs_shape)
+        self.permute = image and channels_last(obs_shape)
         self.dtype = next(body.parameters(), torch.zeros(())).dtype
 
     def _apply(self, fn, recurse: bool = True):  # .double(), .to(device): note the dtype
@@ -131,23 +114,15 @@ class Torso(nn.Module):
 def make_torso(model: str, obs_shape: tuple[int, ...], obs_dtype: str = "<f4",
                hidden: int = 64, num_actions: int | None = None) -> Torso:
     """The torso named by ``--model`` ("auto" follows the observation)."""
-    if model == "auto":
-        model = default_model(obs_shape)
+    model = check_builtin(model, obs_shape)
     if model == "mlp":
         n = int(np.prod(obs_shape))
         body = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                              nn.ReLU())
         return Torso(body, obs_shape, obs_dtype, hidden, image=False)
     if model in ("nature-cnn", "impala-cnn"):
-        if len(obs_shape) != 3:
-            raise ValueError(f"--model {model} needs image observations (3 axes), got "
-                             f"shape {tuple(obs_shape)}")
-        h, w = _image_hw(obs_shape)
-        c = obs_shape[-1] if _channels_last(obs_shape) else obs_shape[0]
-        if model == "nature-cnn" and min(h, w) < NATURE_MIN_SIZE:
-            raise ValueError(f"--model nature-cnn needs images of at least "
-                             f"{NATURE_MIN_SIZE}×{NATURE_MIN_SIZE}, got {h}×{w} "
-                             "(try --model impala-cnn)")
+        h, w = image_hw(obs_shape)
+        c = image_channels(obs_shape)
         body = NatureCNN(c, h, w) if model == "nature-cnn" else ImpalaCNN(c, h, w)
         return Torso(body, obs_shape, obs_dtype, body.out_dim, image=True)
     return _user_torso(model, obs_shape, obs_dtype, num_actions)
