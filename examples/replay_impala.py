@@ -9,7 +9,8 @@ that architecture, built from archzoo's components without editing archzoo:
     archzoo run examples.replay_impala:ARCH --replay-ratio 0.5
 
 The actors, the one-process baseline (``--actors 0``, no replay) and the learner's end of
-the wire are IMPALA's; only the learner loop and the config below are new.
+the wire (:class:`~archzoo.harness.unroll_link.LearnerLink`) are IMPALA's; only the
+learner loop and the config below are new.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from archzoo.architectures import Architecture, impala
 from archzoo.config import ImpalaConfig, Rules, opt
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.harness.unroll_link import LearnerLink
 from replay.unrolls import UnrollReplay
 
 
@@ -49,7 +51,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: V-trace updates on the actors' fresh unrolls plus replayed ones."""
     cfg = ctx.cfg
     learner = builders.vtrace_learner(cfg, spec)
-    link = impala.LearnerLink(ctx, spec, learner.model)  # inbox, broadcast, handshake
+    link = LearnerLink(ctx, spec, learner.model)  # inbox, broadcast, handshake
     memory = UnrollReplay(link.unroll_schema, cfg.replay_capacity, seed=cfg.seed)
     run_dir, mon = link.open_run(learner)  # checkpoints the learner; --resume loads it
     link.send_params(learner)  # version 0: every actor starts from the learner's weights
