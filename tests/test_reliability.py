@@ -115,6 +115,45 @@ def test_too_few_actors_end_the_run_and_keep_what_was_learnt(tmp_path: Path) -> 
     assert after < 10 + 15 and no_process_left(d)  # --comm-timeout + the launcher's grace
 
 
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_an_actor_that_dies_during_the_drain_is_dropped(tmp_path: Path, backend: str) -> None:
+    """The stop-and-drain waits for every actor's BYE. An actor frozen (SIGSTOP) before the
+    stop sends none; it is killed 2 s into the learner's wait (--comm-timeout 10). The
+    learner drops it, logs the loss as during the drain, and the run ends at its time
+    limit with its summary, well before --comm-timeout."""
+    d = tmp_path / "run"
+    limit = 3.0
+    proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--actors", "2", "--backend", backend,
+                             "--time-limit", str(limit), "--run-dir", str(d), *COMMON],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        victim = rank_pid(d, 2)
+        metrics = d / "metrics.csv"
+        end = time.time() + 60
+        while time.time() < end and len(metrics.read_text().splitlines()
+                                        if metrics.is_file() else []) < 2:
+            time.sleep(0.05)
+        seen = time.time()
+        first_row_s = float(metrics.read_text().splitlines()[1].split(",")[0])
+        os.kill(victim, signal.SIGSTOP)  # alive and silent: no BYE will come from it
+        time.sleep(max(0.0, seen + (limit - first_row_s) + 2.0 - time.time()))
+        os.kill(victim, signal.SIGKILL)
+        killed = time.time()
+        _, err = proc.communicate(timeout=60)
+        after = time.time() - killed
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "actor rank 2 is gone" in err, err
+    s = summary(d)
+    assert s["stop_reason"] == "time" and s["live_actors"] == 1
+    assert s["dead_actors"]["2"]["during"] == "the stop's drain", s["dead_actors"]
+    assert after < 10, after  # noticed by the engine, not by waiting out --comm-timeout
+    assert (d / "policy.pt").is_file() and no_process_left(d)
+
+
 # (name, architecture and flags, the rank the run cannot do without)
 NEEDED = [
     ("impala", ["impala", "--actors", "2"], 0),           # the learner
