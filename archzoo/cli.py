@@ -173,6 +173,11 @@ def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],
               if k in names and k not in ("backend", "actors", "config", "run_dir", "resume")}
     if not {"backend", "actors"} & set(given) and "actors" in saved:
         values["actors"] = saved["actors"]
+    if "backend" not in given and saved.get("backend"):
+        from archzoo.comm.factory import detect_launch
+
+        if not detect_launch().under_launcher:  # archzoo starts the ranks: the run's engine
+            values["backend"] = saved["backend"]
     values.update(given)
     values.update(run_dir=str(run_dir), resume=str(run_dir))
     return arch, values
