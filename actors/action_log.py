@@ -50,6 +50,17 @@ class ActionLog:
             chunks[:] = [np.concatenate(chunks)]
         return chunks[0]
 
+    def plus(self, pending: dict[int, np.ndarray]) -> ActionLog:
+        """A copy with each rank's ``pending`` actions (steps, E) after its logged ones (SEED
+        RL's learner: the steps of the unroll in progress)."""
+        out = ActionLog.__new__(ActionLog)
+        out.dtype = self.dtype
+        out._chunks = {r: [self.actions(r)] for r in self._chunks}
+        for r, actions in pending.items():
+            if len(actions):
+                out.record(r, actions)
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         import torch
 

@@ -95,11 +95,15 @@ class EnvActor:
     def fast_forward(self, actions: np.ndarray, num_actions: int) -> None:
         """Take the steps of an earlier run again: its ``actions`` (steps, E), with the
         sampling noise :meth:`sample` drew for each step (actors/action_log.py)."""
-        if len(actions) and actions.shape[1] != self.E:
-            raise ValueError(f"an action log of {actions.shape[1]} envs, this actor has {self.E}")
+        self.check_log(actions)
         for a in actions:
             self.rng.gumbel(size=(self.E, num_actions))
             self.step_envs(a.astype(np.int64))
+
+    def check_log(self, actions: np.ndarray) -> None:
+        """An action log (steps, E) must be one of this many envs."""
+        if len(actions) and actions.shape[1] != self.E:
+            raise ValueError(f"an action log of {actions.shape[1]} envs, this actor has {self.E}")
 
     @property
     def env_steps(self) -> int:

@@ -12,6 +12,7 @@ latency. Nothing here touches the transport: the server that moves these message
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,6 +85,16 @@ class BatchedPolicy:
         # read under the lock, which the trainer also holds while it steps and counts.
         self.version_of = version_of
         self._staged: tuple[np.ndarray, int] | None = None
+
+    optional = True  # as a checkpoint part: without it a resumed run draws new noise
+
+    def state_dict(self) -> dict[str, str]:
+        """The sampling generator's state (a checkpoint part: a resumed ``--mode sync`` run
+        draws the noise the uninterrupted run would have)."""
+        return {"rng": json.dumps(self.rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, str]) -> None:
+        self.rng.bit_generator.state = json.loads(state["rng"])
 
     def load(self, flat: np.ndarray, version: int) -> None:
         """Stage new parameters; the next batch (not the current one) uses them."""

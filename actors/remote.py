@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from actors.base import EnvActor
+from actors.base import EnvActor, EnvStep
 from actors.unroll import UnrollActor
 from archzoo.comm import Transport
 from archzoo.envs import EnvSpec
@@ -118,7 +118,22 @@ class SeedActor(EnvActor):
             req["first_step_time"][...] = self.first_step_time
         req["timing"][:] = (self.env_s, self.client.round_trip_s)
         rep = self.client.request()
-        s = self.step_envs(rep["actions"])
+        self._report(self.step_envs(rep["actions"]))
+        return rep
+
+    def fast_forward(self, actions: np.ndarray, num_actions: int) -> None:
+        """Take the logged steps again (a resumed ``--mode sync`` run; the server, which
+        sampled them, sent the log), and report the last one in the next request, as the
+        uninterrupted actor would have."""
+        self.check_log(actions)
+        for a in actions:
+            self._report(self.step_envs(a.astype(np.int64)))
+        if len(actions):
+            self.client.req["first"][...] = False  # it goes on with the unroll in progress
+
+    def _report(self, s: EnvStep) -> None:
+        """The step's outcome into the next request."""
+        req = self.client.req
         req["obs"][:] = s.obs
         req["rewards"][:] = s.reward
         req["terminated"][:] = s.terminated
@@ -127,7 +142,6 @@ class SeedActor(EnvActor):
         req["ep_count"][...] = len(s.ep_returns)
         req["ep_returns"][: len(s.ep_returns)] = s.ep_returns
         req["ep_lengths"][: len(s.ep_lengths)] = s.ep_lengths
-        return rep
 
 
 class RemoteUnrollActor(UnrollActor):

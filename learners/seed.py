@@ -4,10 +4,19 @@ In SEED RL (Espeholt et al. 2020, §3) the learner answers every env step of eve
 so it keeps one :class:`~learners.unroll_builder.UnrollBuilder` per actor and trains
 whenever ``batch_unrolls`` unrolls are complete. The model that answers is the model that
 trains: an update between two batches is in place for the next one.
+
+In ``--mode sync`` it is also a checkpoint part: the unrolls in progress, those complete
+but not yet trained on, and every actor's actions (:class:`~actors.action_log.ActionLog`),
+so that a resumed run goes on bit for bit.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
+from actors.action_log import ActionLog
 from archzoo.messages import Message, Schema
 from archzoo.runlog import Monitor
 from learners.unroll_builder import UnrollBuilder
@@ -15,11 +24,16 @@ from learners.vtrace_learner import VTraceLearner
 
 
 class SeedLearner:
-    """Unroll buffers per actor, the learning curve, and V-trace updates."""
+    """Unroll buffers per actor, the learning curve, and V-trace updates; with ``log`` (an
+    :class:`ActionLog`, ``--mode sync``) every completed unroll's actions are kept."""
+
+    optional = True  # as a checkpoint part: without it a run resumes with fresh envs
 
     def __init__(self, learner: VTraceLearner, unroll_schema: Schema, unroll_length: int,
-                 actors: list[int], batch_unrolls: int, mon: Monitor) -> None:
-        self.learner, self.mon = learner, mon
+                 actors: list[int], batch_unrolls: int, mon: Monitor,
+                 log: ActionLog | None = None) -> None:
+        self.learner, self.mon, self.log = learner, mon, log
+        self.schema = unroll_schema
         self.builders = {a: UnrollBuilder(unroll_schema, unroll_length) for a in actors}
         self.complete: list[Message] = []
         self.batch_unrolls = batch_unrolls or len(actors)
@@ -33,6 +47,8 @@ class SeedLearner:
         unroll = self.builders[actor].add(req, rep)
         if unroll is not None:
             self.complete.append(unroll)
+            if self.log is not None:
+                self.log.record(actor, unroll["actions"])
 
     def maybe_update(self) -> bool:
         """One V-trace step once ``batch_unrolls`` unrolls are complete (oldest first)."""
@@ -45,6 +61,29 @@ class SeedLearner:
         self.learner.update(batch)  # the next batch is answered by the new parameters
         self.mon.updates = self.learner.version
         return True
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        return {"builders": {str(a): b.state_dict() for a, b in self.builders.items()},
+                "complete": [torch.from_numpy(m.buffer.copy()) for m in self.complete],
+                "actions": self.log.state_dict() if self.log is not None else {}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for a, b in state["builders"].items():
+            if int(a) in self.builders:
+                self.builders[int(a)].load_state_dict(b)
+        self.complete = [Message(self.schema, t.numpy().astype(np.uint8).copy())
+                         for t in state["complete"]]
+        if self.log is not None:
+            self.log.load_state_dict(state["actions"])
+
+    def actions_to_replay(self) -> ActionLog:
+        """Every actor's actions so far (``--mode sync``): its completed unrolls', then the
+        one in progress's; what a resumed actor takes again before it asks for more."""
+        if self.log is None:
+            raise RuntimeError("only a --mode sync SEED learner keeps an action log")
+        return self.log.plus({a: b.logged_actions() for a, b in self.builders.items()})
 
     def restarts(self) -> dict[str, int]:
         """Actors that came back under a new run id, and how often."""

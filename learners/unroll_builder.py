@@ -9,10 +9,15 @@ the unroll and also opens the next one as its x_0 — the same layout as an IMPA
 
 A request whose ``run_id`` differs from the buffer's comes from a restarted actor: the
 partial unroll is dropped (its steps came from envs that no longer exist) and a new one
-starts at that request.
+starts at that request. A buffer loaded from a checkpoint instead adopts the next run id:
+its actor has taken the logged steps again (actors/action_log.py) and goes on with them.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
 
 from archzoo.messages import Message, Schema
 
@@ -27,10 +32,30 @@ class UnrollBuilder:
         self.run_id: int | None = None
         self.restarts = 0               # run-id changes after the first
         self.dropped_steps = 0          # steps of partial unrolls dropped at a restart
+        self.adopt = False              # loaded from a checkpoint: take the next run id on
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        return {"msg": torch.from_numpy(self.msg.buffer.copy()), "t": self.t,
+                "restarts": self.restarts, "dropped_steps": self.dropped_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.msg.buffer[:] = state["msg"].numpy().astype(np.uint8)
+        self.t, self.restarts = int(state["t"]), int(state["restarts"])
+        self.dropped_steps = int(state["dropped_steps"])
+        self.run_id, self.adopt = None, True
+
+    def logged_actions(self) -> np.ndarray:
+        """The actions of the unroll in progress, (t, E)."""
+        return self.msg["actions"][: self.t]
 
     def add(self, req: Message, rep: Message) -> Message | None:
         """Record one answered request; the completed unroll (a fresh message) or None."""
         run_id = int(req["run_id"])
+        if self.adopt and not bool(req["first"]):
+            self.run_id = run_id  # the resumed actor of this unroll
+        self.adopt = False
         done = None
         if run_id != self.run_id or bool(req["first"]):
             if self.run_id is not None:

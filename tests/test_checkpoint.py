@@ -285,6 +285,41 @@ def test_a_resumed_sync_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
     assert any(not a[k].equal(c[k]) for k in a), "fresh envs should have changed the run"
 
 
+
+def test_a_resumed_sync_seed_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
+    """SEED RL's sync mode: the inference server chose every action, so its checkpoint keeps
+    them with the unrolls in progress and its sampling generator; resumed, the run ends
+    with the parameters and counts of the uninterrupted one. Without the unrolls part the
+    actors start with fresh envs and the parameters differ. The run is cut under MPI and
+    resumed without --backend: it keeps its engine, and its parameters are gloo's."""
+    import shutil
+
+    flags = ["--actors", "2", "--mode", "sync", "--seed", "5", "--envs-per-actor", "4",
+             "--unroll-length", "20", "--quiet"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert cli("run", "seed", *flags, "--total-steps", "6000",
+               "--run-dir", str(whole)).returncode == 0
+    r = cli("run", "seed", *flags, "--total-steps", "3000", "--backend", "mpi",
+            "--run-dir", str(cut))
+    assert r.returncode == 0, r.stderr
+    fresh = tmp_path / "fresh"
+    shutil.copytree(cut, fresh)
+    state = torch.load(checkpoint.latest(fresh), weights_only=True)
+    assert set(state["parts"]["unrolls"]["actions"]) == {"1", "2"}
+    del state["parts"]["unrolls"]
+    torch.save(state, checkpoint.latest(fresh))
+    for d in (cut, fresh):
+        r = cli("run", "--resume", str(d), "--total-steps", "6000", "--quiet")
+        assert r.returncode == 0, r.stderr
+    a, b, c = _policy(whole), _policy(cut), _policy(fresh)
+    assert all(a[k].equal(b[k]) for k in a), "the resumed run departs from the uninterrupted"
+    sa, sb = _summary(whole), _summary(cut)
+    for k in ("env_steps", "episodes", "learner_updates", "final_mean_return"):
+        assert sa[k] == sb[k], k
+    assert sb["backend"] == "mpi" and sb["launcher"] == "mpiexec"
+    assert sb["checkpoints"]["resumed_from"]["env_steps"] < sa["env_steps"]
+    assert any(not a[k].equal(c[k]) for k in a), "fresh envs should have changed the run"
+
 def test_a_resumed_single_process_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
     """``--actors 0`` keeps its actor's action log too: stopped and resumed, it ends where
     the uninterrupted run does."""

@@ -34,13 +34,17 @@ SMOKE = ["--total-steps", "150000", "--log-interval", "0.5", "--quiet", "--seed"
 def actor_requests(s: dict, actor: int) -> tuple[int, int]:
     """(requests sent, replies received) by ``actor``'s own transport's counters: it sent
     HELLO and one message per request; it received WELCOME, STOP and the replies it took
-    (a request may be left unanswered at STOP). Byte totals must agree with the counts."""
+    (a request may be left unanswered at STOP). In sync mode it also received its action
+    log's size (two int64, the log is empty) and sent "done" (one int64). Byte totals must
+    agree with the counts."""
     spec = env_spec(s["env"])
     E, control = s["envs_per_actor"], control_schema().nbytes
     c = leaf_counters(s, actor)
-    sent, replies = c["msgs_sent"] - 1, c["msgs_recv"] - 2
-    assert c["bytes_sent"] == control + sent * request_schema(spec, E).nbytes, c
-    assert c["bytes_recv"] == 2 * control + replies * reply_schema(spec, E).nbytes, c
+    sync = int(s["mode"] == "sync")
+    sent, replies = c["msgs_sent"] - 1 - sync, c["msgs_recv"] - 2 - sync
+    assert c["bytes_sent"] == control + 8 * sync + sent * request_schema(spec, E).nbytes, c
+    assert c["bytes_recv"] == (2 * control + 16 * sync
+                               + replies * reply_schema(spec, E).nbytes), c
     assert 0 <= sent - replies <= 1, c
     return sent, replies
 

@@ -14,7 +14,9 @@ Role map: rank 0 is the learner, ranks 1..N are actors.
   with each step's own μ. Policy lag = learner version − the version of an unroll's first step.
 - ``--mode sync``: every batch holds one request from every actor, in rank order, so all
   unrolls complete together and each update takes one from every actor (reproducible
-  with ``--seed``).
+  with ``--seed``). The checkpoint then also keeps every actor's actions, the unrolls in
+  progress and the sampling generator: a resumed actor takes its logged steps again
+  (actors/action_log.py) and the run goes on bit for bit.
 - ``--actors 0``: one process; the same actor code asks the policy directly.
 
 MPI is the recommended backend: every env step is a round trip, and MPI's is ~100× shorter
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.action_log import ActionLog, catch_up
 from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
 from actors.inference import InferenceServer, inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
@@ -45,10 +48,12 @@ APPLIED = ("none: inference is central, so there is no parameter broadcast; "
 
 def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
              actors: list[int]) -> tuple[SeedLearner, BatchedPolicy]:
-    """The V-trace learner with its unroll builders, and the policy that answers requests."""
+    """The V-trace learner with its unroll builders (``--mode sync``: and the action log),
+    and the policy that answers requests."""
     learner = builders.vtrace_learner(cfg, spec)
+    log = ActionLog(spec.num_actions) if cfg.mode == "sync" and actors != [0] else None
     sl = SeedLearner(learner, unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor),
-                     cfg.unroll_length, actors, cfg.batch_unrolls, mon)
+                     cfg.unroll_length, actors, cfg.batch_unrolls, mon, log)
     return sl, BatchedPolicy(learner.model, learner.device, cfg.seed,
                              version_of=lambda: learner.version)
 
@@ -92,8 +97,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                            cfg.startup_timeout)
     run_dir, mon = harness.open_run(ctx)
     sl, policy = _learner(cfg, spec, mon, actors)
-    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner},
+    sync = {"unrolls": sl, "sampler": policy} if cfg.mode == "sync" else {}
+    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner, **sync},
                                (sl.learner.model, builders.policy_meta(cfg, spec)))
+    if sync:  # empty unless resumed: the actors take their logged steps again first
+        sl.actions_to_replay().send_all(t, actors, harness.TAG_ACTIONS, cfg.startup_timeout)
     survivors = Survivors(ctx.rank, actors, cfg.min_actors, mon.elapsed)
     survivors.on_drop(control.drop)
     server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
@@ -151,6 +159,8 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     client = PolicyClient(t, root, req_s, rep_s, harness.TAG_INFER_REQUEST, harness.TAG_INFER_REPLY,
                           new_run_id(ctx.rank), on_poll=lc.raise_if_stopped)
     actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, ctx.rank))
+    if cfg.mode == "sync":  # a resumed run's actor takes its logged steps again
+        catch_up(t, actor, root, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
     i = 0
     try:
         while True:
