@@ -320,15 +320,16 @@ def test_a_resumed_sync_seed_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
     assert sb["checkpoints"]["resumed_from"]["env_steps"] < sa["env_steps"]
     assert any(not a[k].equal(c[k]) for k in a), "fresh envs should have changed the run"
 
-def test_a_resumed_single_process_run_goes_on_bit_for_bit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["impala", "seed"])
+def test_a_resumed_single_process_run_goes_on_bit_for_bit(tmp_path: Path, arch: str) -> None:
     """``--actors 0`` keeps its actor's action log too: stopped and resumed, it ends where
     the uninterrupted run does."""
     flags = ["--actors", "0", "--seed", "3", "--envs-per-actor", "4", "--unroll-length",
              "20", "--quiet"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert cli("run", "impala", *flags, "--total-steps", "6000",
+    assert cli("run", arch, *flags, "--total-steps", "6000",
                "--run-dir", str(whole)).returncode == 0
-    assert cli("run", "impala", *flags, "--total-steps", "3000",
+    assert cli("run", arch, *flags, "--total-steps", "3000",
                "--run-dir", str(cut)).returncode == 0
     r = cli("run", "--resume", str(cut), "--total-steps", "6000", "--quiet")
     assert r.returncode == 0, r.stderr

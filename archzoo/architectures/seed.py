@@ -48,10 +48,10 @@ APPLIED = ("none: inference is central, so there is no parameter broadcast; "
 
 def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
              actors: list[int]) -> tuple[SeedLearner, BatchedPolicy]:
-    """The V-trace learner with its unroll builders (``--mode sync``: and the action log),
-    and the policy that answers requests."""
+    """The V-trace learner with its unroll builders (``--mode sync`` and ``--actors 0``:
+    and the action log), and the policy that answers requests."""
     learner = builders.vtrace_learner(cfg, spec)
-    log = ActionLog(spec.num_actions) if cfg.mode == "sync" and actors != [0] else None
+    log = ActionLog(spec.num_actions) if cfg.mode == "sync" or actors == [0] else None
     sl = SeedLearner(learner, unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor),
                      cfg.unroll_length, actors, cfg.batch_unrolls, mon, log)
     return sl, BatchedPolicy(learner.model, learner.device, cfg.seed,
@@ -68,12 +68,14 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     cfg = ctx.cfg
     run_dir, mon = harness.open_run(ctx)
     sl, policy = _learner(cfg, spec, mon, [0])
-    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner},
+    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner, "unrolls": sl,
+                                          "sampler": policy},
                                (sl.learner.model, builders.policy_meta(cfg, spec)))
     E = cfg.envs_per_actor
     client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
                                new_run_id(0), on_answer=sl.on_answer)
     actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, 0))
+    actor.fast_forward(sl.actions_to_replay().actions(0), spec.num_actions)  # if resumed
     stop = None
     while stop is None:
         actor.step()
