@@ -74,6 +74,8 @@ class BatchedPolicy:
     parameters (:meth:`load`) are applied at the start of the next batch.
     """
 
+    optional = True  # as a checkpoint part: without it a resumed run draws new noise
+
     def __init__(self, model: torch.nn.Module, device: torch.device, seed: int,
                  version_of: Callable[[], int] | None = None) -> None:
         self.model = model.to(device)
@@ -86,11 +88,9 @@ class BatchedPolicy:
         self.version_of = version_of
         self._staged: tuple[np.ndarray, int] | None = None
 
-    optional = True  # as a checkpoint part: without it a resumed run draws new noise
-
     def state_dict(self) -> dict[str, str]:
-        """The sampling generator's state (a checkpoint part: a resumed ``--mode sync`` run
-        draws the noise the uninterrupted run would have)."""
+        """The sampling generator's state (a checkpoint part: a resumed SEED RL run in
+        ``--mode sync`` draws the noise the uninterrupted run would have)."""
         return {"rng": json.dumps(self.rng.bit_generator.state)}
 
     def load_state_dict(self, state: dict[str, str]) -> None:

@@ -5,9 +5,9 @@ so it keeps one :class:`~learners.unroll_builder.UnrollBuilder` per actor and tr
 whenever ``batch_unrolls`` unrolls are complete. The model that answers is the model that
 trains: an update between two batches is in place for the next one.
 
-In ``--mode sync`` it is also a checkpoint part: the unrolls in progress, those complete
-but not yet trained on, and every actor's actions (:class:`~actors.action_log.ActionLog`),
-so that a resumed run goes on bit for bit.
+In ``--mode sync`` and with ``--actors 0`` it is also a checkpoint part: the unrolls in
+progress, those complete but not yet trained on, and every actor's actions
+(:class:`~actors.action_log.ActionLog`), so that a resumed run goes on bit for bit.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from learners.vtrace_learner import VTraceLearner
 
 class SeedLearner:
     """Unroll buffers per actor, the learning curve, and V-trace updates; with ``log`` (an
-    :class:`ActionLog`, ``--mode sync``) every completed unroll's actions are kept."""
+    :class:`ActionLog`: ``--mode sync``, ``--actors 0``) every completed unroll's actions
+    are kept."""
 
     optional = True  # as a checkpoint part: without it a run resumes with fresh envs
 
@@ -79,10 +80,10 @@ class SeedLearner:
             self.log.load_state_dict(state["actions"])
 
     def actions_to_replay(self) -> ActionLog:
-        """Every actor's actions so far (``--mode sync``): its completed unrolls', then the
-        one in progress's; what a resumed actor takes again before it asks for more."""
+        """Every actor's actions so far: its completed unrolls', then the one in progress's;
+        what a resumed actor takes again before it asks for more."""
         if self.log is None:
-            raise RuntimeError("only a --mode sync SEED learner keeps an action log")
+            raise RuntimeError("this SEED learner keeps no action log (async mode)")
         return self.log.plus({a: b.logged_actions() for a, b in self.builders.items()})
 
     def restarts(self) -> dict[str, int]:
