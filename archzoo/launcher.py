@@ -5,6 +5,12 @@
   them: if one fails, the others get a grace period to notice and end, then are killed.
 - mpi: re-execute this command under the venv's ``mpiexec -disable-auto-cleanup -n
   world_size`` (the job outlives a dead rank; rank 0 decides whether the run goes on).
+  Each rank's shell writes its rank and exit code to a file if it fails, so the launcher
+  sees every death as it does gloo's children.
+
+Before every rank has joined (rank 0 marks the run started), any death ends the run at
+once: nothing has been learnt, and the others would wait for the dead rank (an MPI rank
+waits in ``MPI_Init`` without a deadline).
 
 Either way the children see the directories of architectures imported from the user's own
 modules (``archzoo run package.module:NAME``) on their ``PYTHONPATH`` (:func:`child_env`).
@@ -19,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from archzoo.comm.factory import free_port
@@ -55,7 +62,8 @@ def child_env(**extra: str) -> dict[str, str]:
 # turns its death into an exit code and takes that notice (launch/mpirun.sh does the same),
 # and ARCHZOO_MPI_SURVIVE tells a failing rank other than 0 to exit rather than abort.
 MPI_SURVIVE = ["-disable-auto-cleanup"]
-RANK_SHELL = ["sh", "-c", 'trap : USR1; "$@"; exit $?', "archzoo-rank"]
+RANK_SHELL = ["sh", "-c", 'trap : USR1; "$@"; c=$?; [ "$c" = 0 ] || [ -z "$ARCHZOO_DEATHS_FILE" ]'
+              ' || echo "$PMI_RANK $c" >> "$ARCHZOO_DEATHS_FILE"; exit $c', "archzoo-rank"]
 
 
 def run_mpiexec(argv: list[str], world_size: int) -> int:
@@ -64,10 +72,13 @@ def run_mpiexec(argv: list[str], world_size: int) -> int:
         raise FileNotFoundError("mpiexec not found (pip install mpich)")
     with tempfile.TemporaryDirectory(prefix="archzoo-") as tmp:
         done = Path(tmp) / "done"  # rank 0 creates it when it finished the stop protocol
+        started, deaths = Path(tmp) / "started", Path(tmp) / "deaths"
         env = child_env(ARCHZOO_LAUNCH_TIME=str(time.time()), ARCHZOO_DONE_FILE=str(done),
-                        ARCHZOO_MPI_SURVIVE="1")
+                        ARCHZOO_MPI_SURVIVE="1", ARCHZOO_STARTED_FILE=str(started),
+                        ARCHZOO_DEATHS_FILE=str(deaths))
         cmd = [mpiexec, *MPI_SURVIVE, "-n", str(world_size), *RANK_SHELL, *child_argv(argv)]
-        code = _supervise([subprocess.Popen(cmd, env=env)])
+        job = subprocess.Popen(cmd, env=env, start_new_session=True)  # killed as a group
+        code = _supervise([job], started, lambda: _deaths_from(deaths))
         if code != 0 and code != 130 and done.exists():
             print(f"archzoo: mpiexec exited with code {code} (a rank died); rank 0 finished "
                   "the run without it", file=sys.stderr, flush=True)
@@ -87,7 +98,7 @@ def run_gloo(argv: list[str], world_size: int) -> int:
                             ARCHZOO_EMBEDDED="1", ARCHZOO_LAUNCH_TIME=str(time.time()),
                             OMP_NUM_THREADS="1", ARCHZOO_STARTED_FILE=str(started))
             procs.append(subprocess.Popen(child_argv(argv), env=env))
-        return _supervise(procs, started)
+        return _supervise(procs, started, lambda: _deaths_of(procs))
 
 
 def mark_started() -> None:
@@ -98,34 +109,72 @@ def mark_started() -> None:
         Path(path).touch()
 
 
-def _supervise(procs: list[subprocess.Popen], started: Path | None = None) -> int:
-    """Wait for all. Before the run has started (``started`` does not exist yet) any failure
-    ends it: the others get GRACE_S to notice, then are killed. Afterwards rank 0 decides:
-    when it fails, the same; when another rank fails, rank 0 either carries on without it
-    (an actor of an asynchronous architecture) or ends the run itself, naming it, within
-    ``--comm-timeout``. The exit code is rank 0's if it finished, else the first failure's."""
+def _deaths_of(procs: list[subprocess.Popen]) -> dict[int, int]:
+    """rank -> exit code of every child rank that failed so far (gloo: one child a rank)."""
+    return {r: p.returncode for r, p in enumerate(procs) if p.poll() not in (None, 0)}
+
+
+def _deaths_from(path: Path) -> dict[int, int]:
+    """rank -> exit code, from the lines the ranks' shells wrote (MPI: see RANK_SHELL)."""
+    out: dict[int, int] = {}
+    lines = path.read_text().splitlines() if path.exists() else []
+    for rank, _, rc in (line.partition(" ") for line in lines):
+        if rank.isdigit() and rc.isdigit():
+            out.setdefault(int(rank), int(rc))
+    return out
+
+
+def _how(rc: int) -> str:
+    """An exit code in words: a negative code (Popen) or one above 128 (a shell) is a signal."""
+    sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+    try:
+        return f"was killed by {signal.Signals(sig).name}" if sig else f"exited with code {rc}"
+    except ValueError:
+        return f"exited with code {rc}"
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """Kill what is left: each child, and a child's process group if it leads one (mpiexec,
+    its proxies and the ranks)."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                if os.getpgid(p.pid) == p.pid:
+                    os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.kill()
+
+
+def _supervise(procs: list[subprocess.Popen], started: Path,
+               deaths: Callable[[], dict[int, int]]) -> int:
+    """Wait for all. Before the run has started (``started`` does not exist yet) any death
+    ends it at once. Afterwards rank 0 decides: when it fails, the others get GRACE_S to
+    notice and end, then are killed; when another rank fails, rank 0 either carries on
+    without it (an actor of an asynchronous architecture) or ends the run itself, naming
+    it, within ``--comm-timeout``. ``deaths``: rank -> exit code of the ranks that failed.
+    The exit code is rank 0's if it finished, else the first failure's."""
     failed_at: float | None = None
     code = 0
     noted: set[int] = set()
     try:
         while any(p.poll() is None for p in procs):
-            for rank, p in enumerate(procs):
-                rc = p.poll()
-                if rc in (None, 0):
+            for rank, rc in deaths().items():
+                if rank in noted:
                     continue
-                if code == 0:
-                    code = rc
-                running = started is not None and started.exists()
-                if (rank == 0 or not running) and failed_at is None:
-                    failed_at = time.time()
-                elif rank != 0 and rank not in noted:
-                    noted.add(rank)
-                    print(f"archzoo: rank {rank} exited with code {rc}; rank 0 decides "
-                          "whether the run goes on without it", file=sys.stderr, flush=True)
+                noted.add(rank)
+                code = code or rc
+                if not started.exists():
+                    print(f"archzoo: rank {rank} {_how(rc)} during start-up, before every "
+                          "rank had joined: the run ends", file=sys.stderr, flush=True)
+                    failed_at = time.time() - GRACE_S  # nothing learnt yet: end it now
+                elif rank == 0:
+                    failed_at = failed_at if failed_at is not None else time.time()
+                else:
+                    print(f"archzoo: rank {rank} {_how(rc)}; rank 0 decides whether the run "
+                          "goes on without it", file=sys.stderr, flush=True)
             if failed_at is not None and time.time() - failed_at > GRACE_S:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
+                _kill(procs)
             time.sleep(0.05)
     except KeyboardInterrupt:
         for p in procs:
@@ -136,7 +185,7 @@ def _supervise(procs: list[subprocess.Popen], started: Path | None = None) -> in
             try:
                 p.wait(max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                _kill([p])
         return 130
     for p in procs:
         rc = p.wait()

@@ -154,6 +154,31 @@ def test_an_actor_that_dies_during_the_drain_is_dropped(tmp_path: Path, backend:
     assert (d / "policy.pt").is_file() and no_process_left(d)
 
 
+
+@pytest.mark.parametrize("victim", [0, 1])
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_a_death_during_start_up_ends_the_run_at_once(tmp_path: Path, backend: str,
+                                                       victim: int) -> None:
+    """A rank killed before every rank has joined (it is still importing): nothing has
+    been learnt, and the others would wait for it (under MPI in MPI_Init, which has no
+    deadline), so the launcher names it and ends the run at once, leaving nothing running."""
+    d = tmp_path / "run"
+    proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--actors", "2", "--backend", backend,
+                             "--run-dir", str(d), *COMMON], env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        os.kill(rank_pid(d, victim), signal.SIGKILL)
+        killed = time.time()
+        _, err = proc.communicate(timeout=60)
+        after = time.time() - killed
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert f"rank {victim} was killed by SIGKILL during start-up" in err, err
+    assert after < 5, after
+    assert no_process_left(d)
+
+
 # (name, architecture and flags, the rank the run cannot do without)
 NEEDED = [
     ("impala", ["impala", "--actors", "2"], 0),           # the learner
