@@ -7,7 +7,8 @@ the surviving ranks, unless the job outlives a dead rank (``ARCHZOO_MPI_SURVIVE`
 archzoo's launchers): then only rank 0 aborts, after it kept what it learnt, and another
 rank just exits, for rank 0 to notice. gloo cannot withdraw posted receives, so a gloo
 rank ends with ``os._exit`` after its final barrier (buffers flushed first); so does an
-MPI rank that saw a peer die, since leaving MPI would wait for the dead.
+MPI rank, since ``MPI_Finalize`` waits without a deadline for every rank of the job, the
+dead included.
 """
 
 from __future__ import annotations
@@ -67,13 +68,12 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         if code != 0 and transport.backend == "mpi" and (
                 launch.rank == 0 or not os.environ.get("ARCHZOO_MPI_SURVIVE")):
             transport.abort(code)  # under a job that survives a death, rank 0 decides
-        lost = getattr(transport, "lost", None) or code != 0  # leaving MPI waits on the dead
-        if code == 0 and not lost:
-            transport.shutdown()
-        if transport.backend == "gloo" or lost:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        # Never MPI_Finalize: it ends in a PMI barrier of every rank of the job, without a
+        # deadline, so a survivor hangs there for ever when any rank died (even one it never
+        # talked to). The stop protocol's final barrier already met every live peer.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

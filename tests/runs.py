@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,44 @@ def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
                 return int(pid)
         time.sleep(0.2)
     raise AssertionError(f"no rank {rank} of {run_dir} within {deadline_s}s")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen, marker: str | None = None) -> None:
+    """SIGKILL ``proc``, everything it started (mpiexec in its own session included) and,
+    given ``marker`` (a run directory), any process whose command line names it: a failed
+    test leaves nothing running, even ranks that were re-parented to init."""
+    victims = set(descendants(proc.pid))
+    if marker is not None:
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
+                    victims.add(int(p))
+            except OSError:
+                continue
+    victims.discard(os.getpid())
+    for p in [proc.pid, *victims]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass

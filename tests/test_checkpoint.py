@@ -19,7 +19,7 @@ import torch
 from archzoo import checkpoint
 from archzoo.runlog import Monitor
 from tests.mp import describe, run_mpi
-from tests.runs import ARCHZOO, clean_env, cli, rank_pid
+from tests.runs import ARCHZOO, clean_env, cli, kill_tree, rank_pid
 
 FAST = ["--envs-per-actor", "4", "--log-interval", "0.3", "--checkpoint-interval", "0.5",
         "--quiet", "--seed", "1"]
@@ -209,7 +209,7 @@ def test_a_killed_actor_leaves_a_run_to_resume(tmp_path: Path) -> None:
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     finally:
-        proc.kill()
+        kill_tree(proc, str(d))
     assert proc.returncode != 0 and "rank 2" in err, err
     s = _summary(d)
     assert s["stop_reason"].startswith("error:") and "rank 2" in s["stop_reason"]

@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.mp import describe, run_gloo, run_mpi
-from tests.runs import ARCHZOO, RANDOM_RETURN, best_return, clean_env, cli, load_run, torchrun
+from tests.runs import (
+    ARCHZOO,
+    RANDOM_RETURN,
+    best_return,
+    clean_env,
+    cli,
+    kill_tree,
+    load_run,
+    torchrun,
+)
 
 SMOKE = ["--total-steps", "250000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
@@ -116,8 +125,7 @@ def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
         elapsed = time.time() - t_kill
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            kill_tree(p, str(d))
     assert procs[0].returncode == 1, outs[0]
     assert "rank 2" in outs[0] and "error" in outs[0], outs[0]
     assert procs[1].returncode != 0, outs[1]
@@ -158,8 +166,7 @@ def test_dead_actor_ends_the_job_mpi(tmp_path: Path) -> None:
         out = p.communicate(timeout=40)[0]
         elapsed = time.time() - t_kill
     finally:
-        if p.poll() is None:
-            p.kill()
+        kill_tree(p, str(d))
     assert p.returncode != 0, out
     assert elapsed < 20
 

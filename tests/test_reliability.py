@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from archzoo import checkpoint
-from tests.runs import ARCHZOO, clean_env, rank_pid
+from tests.runs import ARCHZOO, clean_env, kill_tree, rank_pid
 
 COMMON = ["--envs-per-actor", "4", "--log-interval", "0.3", "--quiet", "--seed", "1",
           "--comm-timeout", "10", "--checkpoint-interval", "1"]
@@ -43,7 +43,7 @@ def run_and_kill(d: Path, args: list[str], rank: int, deadline_s: float = 90,
         killed = time.time()
         out, err = proc.communicate(timeout=deadline_s)
     finally:
-        proc.kill()
+        kill_tree(proc, str(d))
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), time.time() - killed
 
 
@@ -144,7 +144,7 @@ def test_an_actor_that_dies_during_the_drain_is_dropped(tmp_path: Path, backend:
         _, err = proc.communicate(timeout=60)
         after = time.time() - killed
     finally:
-        proc.kill()
+        kill_tree(proc, str(d))
     assert proc.returncode == 0, err
     assert "actor rank 2 is gone" in err, err
     s = summary(d)
@@ -172,7 +172,7 @@ def test_a_death_during_start_up_ends_the_run_at_once(tmp_path: Path, backend: s
         _, err = proc.communicate(timeout=60)
         after = time.time() - killed
     finally:
-        proc.kill()
+        kill_tree(proc, str(d))
     assert proc.returncode != 0
     assert f"rank {victim} was killed by SIGKILL during start-up" in err, err
     assert after < 5, after
@@ -239,7 +239,7 @@ def test_an_embedded_run_restarts_from_its_checkpoint(tmp_path: Path) -> None:
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=180)
     finally:
-        proc.kill()
+        kill_tree(proc, str(d))
     assert proc.returncode == 0, err
     assert "restart 1 of 1" in err
     s = summary(d)
@@ -266,7 +266,7 @@ def test_torchrun_restarts_resume_from_the_checkpoint(tmp_path: Path) -> None:
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=180)
     finally:
-        proc.kill()
+        kill_tree(proc, str(d))
     assert proc.returncode == 0, err[-3000:]
     s = summary(d)
     assert s["launcher"] == "torchrun" and s["checkpoints"]["resumed_from"] is not None
