@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 
 from actors.episodes import EpisodeTracker
 from archzoo.envs import EnvSpec, make_vector_env
+from archzoo.seeding import env_seeds, sampler
 
 
 @dataclass
@@ -50,15 +52,27 @@ class EnvStep:
         return self.raw_truncated & self.valid
 
 
+def vector_seed(envs: object, seeds: list[int]) -> int | list[int] | np.ndarray:
+    """``seeds`` (one per env) as ``envs.reset`` takes them: a list for gymnasium's
+    Sync/AsyncVectorEnv, an array for ale-py's AtariVectorEnv, and the first alone for a
+    batched numpy env that draws every env from one generator (CartPole's)."""
+    if isinstance(envs, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+        return seeds
+    if type(envs).__name__ == "AtariVectorEnv":
+        return np.asarray(seeds, dtype=np.int64)
+    return seeds[0]
+
+
 class EnvActor:
-    """E envs reset with ``seed``, a random generator from the same seed, and the counters
+    """E envs, each reset with its own seed spawned from ``seed`` (archzoo/seeding.py), a
+    random generator from the same seed, and the counters
     (env steps, episodes, seconds in envs and in inference) every actor reports."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, seed: int) -> None:
         self.spec, self.E = spec, num_envs
         self.envs = make_vector_env(spec, num_envs)
-        self.obs, _ = self.envs.reset(seed=seed)
-        self.rng = np.random.default_rng(seed)
+        self.obs, _ = self.envs.reset(seed=vector_seed(self.envs, env_seeds(seed, num_envs)))
+        self.rng = sampler(seed)
         self.tracker = EpisodeTracker(num_envs)
         self.version = 0  # the parameters' version acting now
         self.env_s = 0.0

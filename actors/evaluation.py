@@ -12,7 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from actors.base import vector_seed
 from archzoo.envs import EnvSpec, make_vector_env
+from archzoo.seeding import env_seeds
 
 
 class GreedyEvaluator:
@@ -26,7 +28,8 @@ class GreedyEvaluator:
 
     def run(self, act: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """Returns of one episode per env under ``act`` (observations -> actions)."""
-        obs, _ = self.envs.reset(seed=self.seed + 7919 * self.rounds)
+        obs, _ = self.envs.reset(seed=vector_seed(
+            self.envs, env_seeds(self.seed + 7919 * self.rounds, self.episodes)))
         self.rounds += 1
         ret = np.zeros(self.episodes)
         done = np.zeros(self.episodes, dtype=bool)

@@ -1,13 +1,14 @@
 """actors/evaluation.py GreedyEvaluator: one greedy episode per env, returns against manual
 rollouts with the same seeds.
 
-- On tests/logged_env.py's env (a SyncVectorEnv: sub-env i is reset with seed s + i) the
-  reference plays each episode alone in a plain ``gym.make`` env reset with seed s + i,
+- On tests/logged_env.py's env (a SyncVectorEnv: sub-env i is reset with the i-th seed
+  spawned from s, archzoo/seeding.py) the reference plays each episode alone in a plain
+  ``gym.make`` env reset with that seed,
   acting by argmax Q, and sums its rewards until the episode terminates or is truncated.
   Rewards depend on the step and the action, and a finished env goes on (autoreset) while
   the others play: what it earns then must not count.
 - On CartPole (its own vectorised env, one random generator for all envs) the reference steps
-  an identical vector env with the same seed and greedy actions and reads each env's first
+  an identical vector env with the first spawned seed and greedy actions and reads each env's first
   episode length off the step at which it first ended (reward 1 per step).
 - Evaluation k (k = 0, 1, ...) starts from seed s + 7919·k: new start states each time.
 """
@@ -22,6 +23,7 @@ import torch
 from actors.evaluation import GreedyEvaluator
 from actors.transitions import TransitionActor
 from archzoo.envs import env_spec, make_vector_env
+from archzoo.seeding import env_seeds
 from learners.dqn import QNetwork
 from tests.logged_env import ENV_ID, NUM_ACTIONS
 
@@ -50,7 +52,7 @@ def rollout_alone(env_id: str, seed: int, act) -> float:
 def first_episode_lengths(env_id: str, n: int, seed: int, act) -> np.ndarray:
     envs = make_vector_env(env_id, n)
     try:
-        obs, _ = envs.reset(seed=seed)
+        obs, _ = envs.reset(seed=env_seeds(seed, n)[0])
         length = np.zeros(n, np.int64)
         ended = np.zeros(n, bool)
         t = 0
@@ -73,7 +75,7 @@ def test_returns_equal_single_env_rollouts_with_the_same_seeds() -> None:
     try:
         for k in range(3):
             got = ev.run(act)
-            want = [rollout_alone(ENV_ID, 40 + 7919 * k + i, act) for i in range(6)]
+            want = [rollout_alone(ENV_ID, s, act) for s in env_seeds(40 + 7919 * k, 6)]
             assert got.tolist() == pytest.approx(want, rel=1e-12), k
     finally:
         ev.close()

@@ -33,6 +33,7 @@ from actors.remote import SeedActor
 from actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec
 from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
+from archzoo.seeding import actor_seed
 from learners.unroll_builder import UnrollBuilder
 from learners.vtrace import ImpalaLossConfig
 from tests.runs import cli, load_run
@@ -55,8 +56,8 @@ def _flags(hp: dict) -> list[str]:
 
 
 def _actor_seed(seed: int, rank: int) -> int:
-    """Every architecture seeds rank r's envs and sampling with seed·1000 + r."""
-    return seed * 1000 + rank
+    """Every architecture seeds rank r's envs and sampling from one SeedSequence."""
+    return actor_seed(seed, rank)
 
 
 def _learner(hp: dict, spec) -> Learner:

@@ -20,8 +20,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from actors.base import vector_seed
 from actors.unroll import TIMING, UnrollActor, unroll_schema
 from archzoo.envs import EnvSpec, env_spec, make_vector_env
+from archzoo.seeding import env_seeds
 from archzoo.nets import ActorCritic
 
 CARTPOLE = "CartPole-v1"
@@ -104,7 +106,7 @@ def naive_replay(envs, seed: int, unrolls: list[dict[str, np.ndarray]]):
     Returns the expected per-unroll fields and the finished episodes (return, length, unroll
     index, step index, env) in the order they finish (ties within a step by env index).
     """
-    obs, _ = envs.reset(seed=seed)
+    obs, _ = envs.reset(seed=vector_seed(envs, env_seeds(seed, envs.num_envs)))
     E = obs.shape[0]
     after_end = [False] * E     # this env's next step is the autoreset step
     ret = [0.0] * E
@@ -281,7 +283,7 @@ def test_autoreset_step_is_masked_whatever_the_env_reports():
     actor, schema = make_actor(COUNTDOWN, E, T, seed)
     actor.envs.close()
     actor.envs = NoisyAutoreset(make_vector_env(COUNTDOWN, E))
-    actor.obs, _ = actor.envs.reset(seed=seed)
+    actor.obs, _ = actor.envs.reset(seed=vector_seed(actor.envs.env, env_seeds(seed, E)))
     unrolls = run_unrolls(actor, schema, N)
     # the reference sees the honest env
     expected, episodes = naive_replay(make_vector_env(COUNTDOWN, E), seed, unrolls)
@@ -304,7 +306,7 @@ def test_truncation_final_observation(mode):
     actor, schema = make_actor(CARTPOLE, E, T, seed)
     actor.envs.close()
     actor.envs = short_envs()
-    actor.obs, _ = actor.envs.reset(seed=seed)
+    actor.obs, _ = actor.envs.reset(seed=vector_seed(actor.envs, env_seeds(seed, E)))
     unrolls = run_unrolls(actor, schema, N)
     expected, episodes = naive_replay(short_envs(), seed, unrolls)
     check_against_replay(unrolls, expected, episodes)

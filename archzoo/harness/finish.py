@@ -21,6 +21,7 @@ from archzoo.harness import placement
 from archzoo.harness.protocol import RankContext
 from archzoo.launcher import mark_started
 from archzoo.runlog import Monitor, RunDir
+from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
 
 
 class Stateful(Protocol):
@@ -41,16 +42,6 @@ class _OpenRun:
 
 
 _OPEN: list[_OpenRun] = []  # this process's run in progress (the deciding rank's)
-
-
-def actor_seed(seed: int, rank: int) -> int:
-    """The env and sampling seed of the actor on ``rank`` (rank 0 in one process)."""
-    return seed * 1000 + rank
-
-
-def evaluator_seed(seed: int, rank: int) -> int:
-    """The seed of ``rank``'s greedy-evaluation envs, apart from its training envs."""
-    return seed * 1000 + 500 + rank
 
 
 def byte_totals(t: Transport | None) -> tuple[int, int]:
