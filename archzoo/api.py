@@ -64,6 +64,8 @@ def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
     flags = dict(flags)
     if isinstance(flags.get("env_kwargs"), dict):
         flags["env_kwargs"] = json.dumps(flags["env_kwargs"])
+    if isinstance(flags.get("env_import"), (list, tuple)):
+        flags["env_import"] = ",".join(flags["env_import"])
     if flags.get("resume") is not None:
         from archzoo.cli import resumed_values
 

@@ -30,7 +30,7 @@ from replay.server import memory_fields, reply_schema, request_schema, transitio
 def env_spec(cfg: RunConfig) -> EnvSpec:
     """The environment as the flags make it (id, kwargs, episodic life, reward clipping)."""
     return envs.env_spec(cfg.env, cfg.env_kwargs, episodic_life=cfg.episodic_life,
-                         clip_rewards=cfg.clip_rewards)
+                         clip_rewards=cfg.clip_rewards, imports=cfg.env_import)
 
 
 def actor_critic(cfg: VTraceConfig | A2CRunConfig, spec: EnvSpec) -> ActorCritic:
@@ -101,7 +101,7 @@ def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
     meta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
             "obs_dtype": spec.obs_dtype, "num_actions": spec.num_actions,
             "hidden": cfg.hidden, "model": cfg.model, "env_kwargs": dict(spec.kwargs),
-            "episodic_life": spec.episodic_life}
+            "episodic_life": spec.episodic_life, "env_import": list(spec.imports)}
     if isinstance(cfg, ApexConfig):
         meta.update(net="q", dueling=cfg.dueling)
     return meta

@@ -30,6 +30,15 @@ class _Parser(argparse.ArgumentParser):
 _TYPES = {"int": int, "float": float, "str": str}
 
 
+class _Repeat(argparse.Action):
+    """A flag that may be given several times: its values joined by commas."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        before = getattr(namespace, self.dest, None)
+        before = "" if before in (None, argparse.SUPPRESS) else before
+        setattr(namespace, self.dest, ",".join(v for v in (before, str(values)) if v))
+
+
 def _field_type(f: dataclasses.Field) -> str:
     """'int', 'float', 'str' or 'bool' from a field's annotation ('int | None' -> 'int')."""
     return str(f.type).split("|")[0].strip()
@@ -53,6 +62,8 @@ def _add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
         if kind == "bool":
             kw["action"] = "store_true" if f.default is False else \
                 argparse.BooleanOptionalAction
+        elif meta.get("repeat"):
+            kw.update(action=_Repeat, metavar=f.name.upper())
         else:
             kw["type"] = _TYPES[kind]
             kw["metavar"] = f.name.upper() if not meta["choices"] else None
@@ -124,6 +135,9 @@ def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
         raise UsageError(f"--config {path}: unknown keys {', '.join(unknown)}")
     for k, v in values.items():
         kind = _field_type(fields[k])
+        if fields[k].metadata.get("repeat") and isinstance(v, list) and \
+                all(isinstance(x, str) for x in v):
+            v = values[k] = ",".join(v)  # a repeatable flag as a list of values
         ok = v is None or (isinstance(v, bool) if kind == "bool" else
                            isinstance(v, (int, float)) and not isinstance(v, bool)
                            if kind == "float" else isinstance(v, _TYPES[kind])
@@ -285,15 +299,15 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         raise UsageError(rules.problem)
     try:
         spec = env_spec(cfg.env, cfg.env_kwargs, episodic_life=cfg.episodic_life,
-                        clip_rewards=cfg.clip_rewards)
+                        clip_rewards=cfg.clip_rewards, imports=cfg.env_import)
     except EnvError as e:
         raise UsageError(str(e)) from None
     _check_model(cfg, spec)
     changes: dict[str, Any] = {}
     if cfg.target_return is None:
-        import gymnasium as gym
+        from archzoo.envs import reward_threshold
 
-        changes["target_return"] = gym.spec(cfg.env).reward_threshold
+        changes["target_return"] = reward_threshold(cfg.env, cfg.env_import)
     launch = detect_launch()
     if launch.launcher in ("torchrun", "embedded"):
         if cfg.backend == "mpi":

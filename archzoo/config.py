@@ -20,10 +20,12 @@ TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
 
 
 def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,  # noqa: A002
-        group: str | None = None, flag: bool = True) -> Any:
-    """A config field: its default, its help text and (optionally) its allowed values."""
+        group: str | None = None, flag: bool = True, repeat: bool = False) -> Any:
+    """A config field: its default, its help text and (optionally) its allowed values.
+    ``repeat``: a str field whose flag may be given several times (values joined by
+    commas)."""
     return field(default=default, metadata={"help": help, "choices": choices, "group": group,
-                                            "flag": flag})
+                                            "flag": flag, "repeat": repeat})
 
 
 def flag_name(name: str) -> str:
@@ -59,10 +61,15 @@ class RunConfig:
 
     arch: str = opt("", "architecture name", flag=False)
     env: str = opt("CartPole-v1", "gymnasium environment id (ALE/Pong-v5 and MinAtar/"
-                   "Breakout-v1 style ids included)", group="environment and model")
+                   "Breakout-v1 style ids included), module:Id (module registers Id), or "
+                   "package.module:make_env (a factory returning a gymnasium env)",
+                   group="environment and model")
     env_kwargs: str = opt("", "JSON object of keyword arguments for gym.make (for ALE ids: "
                           "for AtariVectorEnv), e.g. '{\"repeat_action_probability\": 0.0}'",
                           group="environment and model")
+    env_import: str = opt("", "module to import before the env is made, on every rank (one "
+                          "of yours that registers --env's id); repeatable, or comma-separated",
+                          group="environment and model", repeat=True)
     episodic_life: bool = opt(False, "ALE: a lost life ends the episode for the losses "
                               "(logged returns stay whole games)", group="environment and model")
     clip_rewards: bool | None = opt(None, "clip rewards to [-1, 1] inside the losses (default: "

@@ -17,12 +17,32 @@ message and in replay, and become float only inside the network.
   as they are: 10×10×C bool grids.
 - ``--env-kwargs`` (a JSON object) go to ``gym.make``, or to ``AtariVectorEnv`` for ALE ids
   (e.g. ``{"repeat_action_probability": 0.0}``).
+
+The user's own environments come in three forms (:func:`gym_spec`):
+
+- ``module:Id`` (gymnasium's own form): ``module`` is imported, then ``Id`` is looked up in
+  gymnasium's registry, where the import registered it;
+- ``--env-import MODULE`` (repeatable, or comma-separated): modules imported before the env
+  is made, for a plain ``Id`` that one of them registers;
+- ``package.module:make_env``: when the part after the colon is a callable of that module
+  (not an id), it is the env's factory: ``make_env(**env_kwargs)`` returns one gymnasium
+  env; archzoo vectorises it with ``SyncVectorEnv``. ``make_env.reward_threshold``, if set,
+  is the default ``--target-return``.
+
+Every rank imports these modules itself (the parent's validation too), with the current
+directory first on ``sys.path`` as under ``python -m``; the directories they came from go
+to the child ranks' ``PYTHONPATH`` (:func:`user_paths`, archzoo/launcher.py).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import sys
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,6 +76,7 @@ class EnvSpec:
     atari: bool = False
     episodic_life: bool = False
     clip_rewards: bool = False
+    imports: tuple[str, ...] = ()  # --env-import: modules that register the id
 
     @property
     def image(self) -> bool:
@@ -89,8 +110,105 @@ def _gym(env_id: str = ""):
     return gym
 
 
+def _name(env_id: str) -> str:
+    """The registered id in ``module:Id`` (``env_id`` itself without a module)."""
+    return env_id.split(":", 1)[-1]
+
+
 def is_atari(env_id: str) -> bool:
-    return env_id.startswith("ALE/")
+    return _name(env_id).startswith("ALE/")
+
+
+_USER_PATHS: list[str] = []  # where the user's env modules were imported from
+
+
+def user_paths() -> list[str]:
+    """The directories the user's env modules came from (not installed packages): child
+    ranks need them on their ``PYTHONPATH`` to import the same modules."""
+    return list(_USER_PATHS)
+
+
+def parse_env_imports(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``--env-import``: module names, comma-separated (or a list), without blanks."""
+    if not value:
+        return ()
+    parts = value.split(",") if isinstance(value, str) else \
+        [p for v in value for p in str(v).split(",")]
+    return tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
+
+
+def import_env_module(module: str, what: str) -> Any:
+    """Import the user's ``module`` (``what``: the flag that named it, for the error), the
+    current directory first on ``sys.path`` as under ``python -m``; EnvError with one line
+    naming the module when it cannot be imported."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - the module's own code may raise anything
+        missing = isinstance(e, ModuleNotFoundError) and f"{module}.".startswith(f"{e.name}.")
+        hint = " (is its directory the current one or on PYTHONPATH?)" if missing else ""
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise EnvError(f"{what}: cannot import module {module!r}: {type(e).__name__}: "
+                       f"{msg}{hint}") from None
+    _remember_path(module)
+    return mod
+
+
+def _remember_path(module: str) -> None:
+    """Note the directory that ``module``'s top-level package was imported from, unless it
+    is installed (site-packages)."""
+    top = sys.modules.get(module.split(".")[0])
+    file = getattr(top, "__file__", None)
+    if file:
+        path = Path(file).parent
+        path = path.parent if Path(file).name == "__init__.py" else path
+    elif top is not None and getattr(top, "__path__", None):  # a namespace package
+        path = Path(next(iter(top.__path__))).parent
+    else:
+        return
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    if str(path) not in installed and str(path) not in _USER_PATHS:
+        _USER_PATHS.append(str(path))
+
+
+def gym_spec(env_id: str, imports: tuple[str, ...] | str = ()) -> Any:
+    """gymnasium's EnvSpec for ``env_id``, after importing ``imports`` (``--env-import``).
+
+    ``module:Id`` imports ``module`` and looks ``Id`` up; ``module:factory``, where
+    ``factory`` is a callable of that module, is an unregistered spec whose entry point is
+    the factory. EnvError with one line if the id is unknown or a module cannot be
+    imported."""
+    gym = _gym(_name(env_id))
+    for module in parse_env_imports(imports):
+        import_env_module(module, f"--env-import {module}")
+    module, colon, name = env_id.partition(":")
+    if colon:
+        if not module or not name:
+            raise EnvError(f"--env {env_id!r}: expected module:Id or package.module:factory")
+        mod = import_env_module(module, f"--env {env_id}")
+        factory = getattr(mod, name, None) if name.isidentifier() else None
+        if callable(factory) and name not in gym.registry:
+            from gymnasium.envs.registration import EnvSpec as GymSpec
+
+            return GymSpec(id=env_id, entry_point=factory,
+                           reward_threshold=getattr(factory, "reward_threshold", None))
+    else:
+        name = env_id
+    try:
+        return gym.spec(name)
+    except gym.error.Error as e:
+        hint = " (pip install ale-py)" if is_atari(name) else \
+            " (pip install minatar)" if name.startswith("MinAtar/") else \
+            f" (module {module!r} was imported but registers no such id)" if colon else \
+            " (a module of yours registers it? --env module:Id or --env-import module)"
+        raise EnvError(f"unknown environment {env_id!r}: {e}{hint}") from None
+
+
+def reward_threshold(env_id: str, imports: tuple[str, ...] | str = ()) -> float | None:
+    """The env's ``reward_threshold`` (a factory's attribute of that name): the default
+    ``--target-return``."""
+    return gym_spec(env_id, imports).reward_threshold
 
 
 def parse_env_kwargs(text: str | dict | None) -> dict[str, Any]:
@@ -109,31 +227,28 @@ def parse_env_kwargs(text: str | dict | None) -> dict[str, Any]:
     return value
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise EnvError with one clear line if gymnasium doesn't know ``env_id``."""
-    gym = _gym(env_id)
-
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
-        hint = " (pip install ale-py)" if is_atari(env_id) else \
-            " (pip install minatar)" if env_id.startswith("MinAtar/") else ""
-        raise EnvError(f"unknown environment {env_id!r}: {e}{hint}") from None
+def check_env_id(env_id: str, imports: tuple[str, ...] | str = ()) -> None:
+    """Raise EnvError with one clear line if gymnasium doesn't know ``env_id`` (after
+    importing ``imports``) and it names no factory."""
+    gym_spec(env_id, imports)
 
 
 def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
-             episodic_life: bool = False, clip_rewards: bool | None = None) -> EnvSpec:
+             episodic_life: bool = False, clip_rewards: bool | None = None,
+             imports: tuple[str, ...] | str = ()) -> EnvSpec:
     """Spaces of ``env_id`` made with ``kwargs``; only Box observations and Discrete actions.
 
-    ``clip_rewards`` None means: on for ALE ids, off otherwise."""
-    gym = _gym(env_id)
-    check_env_id(env_id)
+    ``clip_rewards`` None means: on for ALE ids, off otherwise. ``imports``: the modules
+    of ``--env-import``."""
+    gym = _gym(_name(env_id))
+    imports = parse_env_imports(imports)
+    check_env_id(env_id, imports)
     kw = parse_env_kwargs(kwargs)
     atari = is_atari(env_id)
     if episodic_life and not atari:
         raise EnvError(f"--episodic-life: {env_id} is not an ALE game (it needs lives)")
     try:
-        envs = _make(env_id, 1, kw, atari, episodic_life)
+        envs = _make(env_id, 1, kw, atari, episodic_life, imports)
     except EnvError:
         raise
     except Exception as e:  # noqa: BLE001 - a bad kwarg surfaces as any error type
@@ -152,16 +267,17 @@ def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
         raise EnvError(f"{env_id}: observations of dtype {dtype} are not supported")
     return EnvSpec(env_id, tuple(obs.shape), dtype.str, int(act.n),
                    tuple(sorted(kw.items())), atari, episodic_life,
-                   atari if clip_rewards is None else clip_rewards)
+                   atari if clip_rewards is None else clip_rewards, imports)
 
 
 def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
-          episodic_life: bool):
-    gym = _gym(env_id)
+          episodic_life: bool, imports: tuple[str, ...] = ()):
+    gym = _gym(_name(env_id))
+    spec = gym_spec(env_id, imports)
     if atari:
         from ale_py.vector_env import AtariVectorEnv
 
-        game = gym.spec(env_id).kwargs.get("game")
+        game = spec.kwargs.get("game")
         unknown = set(kwargs) - set(ATARI_DEFAULTS) - {"full_action_space",
                                                         "max_num_frames_per_episode"}
         if unknown:
@@ -170,9 +286,8 @@ def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
                            "full_action_space, max_num_frames_per_episode)")
         # lives are tracked by the actor (episodic_life), the game goes on to its end
         return AtariVectorEnv(game=game, num_envs=num_envs, **{**ATARI_DEFAULTS, **kwargs})
-    spec = gym.spec(env_id)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    envs = gym.make_vec(spec, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     autoreset = envs.metadata.get("autoreset_mode")
     if autoreset is not None and getattr(autoreset, "name", str(autoreset)) != "NEXT_STEP":
         raise EnvError(f"{env_id}: vector env autoreset mode {autoreset} is not NEXT_STEP")
@@ -184,8 +299,9 @@ def make_vector_env(env: str | EnvSpec, num_envs: int):
 
     ALE games run in ale-py's ``AtariVectorEnv`` (C++ threads); other ids use the env's own
     vectorised implementation when it registers one (CartPole does: a numpy batch of all
-    envs), else ``SyncVectorEnv`` (one process, envs in a loop).
+    envs), else ``SyncVectorEnv`` (one process, envs in a loop); so do a user's factories.
     """
     if isinstance(env, str):
         return _make(env, num_envs, {}, is_atari(env), False)
-    return _make(env.env_id, num_envs, dict(env.kwargs), env.atari, env.episodic_life)
+    return _make(env.env_id, num_envs, dict(env.kwargs), env.atari, env.episodic_life,
+                 env.imports)

@@ -24,7 +24,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     policy = load_policy(run_dir, greedy=args.greedy, seed=args.seed)
     meta = policy.meta
     try:
-        spec = env_spec(meta["env"], meta.get("env_kwargs") or {})
+        spec = env_spec(meta["env"], meta.get("env_kwargs") or {},
+                        imports=tuple(meta.get("env_import") or ()))
     except EnvError as e:
         raise UsageError(f"{run_dir}: cannot rebuild the policy's env: {e}") from None
     env = make_vector_env(spec, 1)

@@ -12,8 +12,9 @@ Before every rank has joined (rank 0 marks the run started), any death ends the 
 once: nothing has been learnt, and the others would wait for the dead rank (an MPI rank
 waits in ``MPI_Init`` without a deadline).
 
-Either way the children see the directories of architectures imported from the user's own
-modules (``archzoo run package.module:NAME``) on their ``PYTHONPATH`` (:func:`child_env`).
+Either way the children see the directories of architectures and environments imported from
+the user's own modules (``archzoo run package.module:NAME``, ``--env module:Id``,
+``--env-import``) on their ``PYTHONPATH`` (:func:`child_env`).
 """
 
 from __future__ import annotations
@@ -48,10 +49,12 @@ def child_env(**extra: str) -> dict[str, str]:
     with the directories the user's architecture modules were imported from, so the child
     imports the same ones."""
     from archzoo.architectures import user_paths
+    from archzoo.envs import user_paths as env_paths
 
     env = dict(os.environ, **extra)
-    paths = [*user_paths(), *env.get("PYTHONPATH", "").split(os.pathsep)]
-    if user_paths():
+    mine = [*user_paths(), *env_paths()]
+    paths = [*mine, *env.get("PYTHONPATH", "").split(os.pathsep)]
+    if mine:
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     return env
 

@@ -30,9 +30,10 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 180,
+        cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*ARCHZOO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=clean_env())
+                          env=clean_env(), cwd=cwd)
 
 
 def load_run(d: Path) -> dict:
@@ -77,15 +78,17 @@ def solve_either_seed(arch: str, args: list[str], tmp: Path, seeds=(0, 1)) -> di
         [(s["stop_reason"], s["final_mean_return"], s["eval_mean_return"]) for s in results]))
 
 
-def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node N -m archzoo ARGS`` (the venv's torchrun)."""
+def torchrun(nproc: int, *args: str, timeout: float = 240,
+             cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node N -m archzoo ARGS`` (the venv's torchrun),
+    in ``cwd`` if given."""
     import shutil
 
     exe = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert exe, "torchrun ships with torch"
     r = subprocess.run([exe, "--standalone", "--nproc_per_node", str(nproc), "-m", "archzoo",
                         *args], capture_output=True, text=True, timeout=timeout,
-                       env=clean_env())
+                       env=clean_env(), cwd=cwd)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
