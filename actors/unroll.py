@@ -10,6 +10,7 @@ and lengths travel with the unroll.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -62,8 +63,9 @@ class UnrollActor(EnvActor):
         self.inference_s += time.perf_counter() - t0
         return actions, logits_np
 
-    def collect(self, msg) -> None:
-        """Fill the unroll message ``msg`` with the next T steps of every env."""
+    def collect(self, msg, on_step: Callable[[], None] | None = None) -> None:
+        """Fill the unroll message ``msg`` with the next T steps of every env; ``on_step``
+        runs after every step (an actor takes arriving parameters there, unloaded)."""
         self.start_clock()
         obs = msg["obs"]
         ep_returns, ep_lengths = msg["ep_returns"], msg["ep_lengths"]
@@ -82,6 +84,8 @@ class UnrollActor(EnvActor):
             ep_returns[n_ep:n_ep + len(s.ep_returns)] = s.ep_returns
             ep_lengths[n_ep:n_ep + len(s.ep_returns)] = s.ep_lengths
             n_ep += len(s.ep_returns)
+            if on_step is not None:
+                on_step()
         msg["ep_count"][...] = n_ep
         msg["version"][...] = self.version
         msg["first_step_time"][...] = self.first_step_time

@@ -228,9 +228,13 @@ class VTraceConfig(RunConfig):
     """Unrolls and the V-trace actor-critic learner (IMPALA, SEED RL, GA3C)."""
 
     unroll_length: int = opt(20, "T, steps per unroll", group="learner")
-    batch_unrolls: int = opt(0, "most unrolls per update (0 = one per actor)", group="learner")
+    batch_unrolls: int = opt(0, "unrolls per update (0 = one per actor); an asynchronous "
+                             "learner waits for exactly this many", group="learner")
     lr: float = opt(1e-3, "learning rate", group="learner")
-    optimizer: str = opt("adam", "optimizer", choices=("adam", "rmsprop"), group="learner")
+    optimizer: str = opt("adam", "optimizer (rmsprop: the IMPALA paper's, alpha 0.99 and eps "
+                         "0.01, on the loss summed over the batch's steps; pair it with a "
+                         "gradient clip such as --max-grad-norm 40)", choices=("adam", "rmsprop"),
+                         group="learner")
     gamma: float = opt(0.99, "discount γ", group="learner")
     rho_bar: float = opt(1.0, "ρ̄, importance-weight clip (IMPALA eq. 1)", group="learner")
     c_bar: float = opt(1.0, "c̄, trace clip (IMPALA eq. 1)", group="learner")
@@ -301,8 +305,14 @@ class A2CRunConfig(RunConfig):
 class ImpalaConfig(VTraceConfig):
     """IMPALA: rank 0 learns, ranks 1..N act."""
 
+    max_inflight: int = opt(1, "async: unrolls an actor may have sent that the learner has "
+                            "not yet taken (1: each unroll starts after the learner took the "
+                            "last, with the newest parameters; more: faster actors, more "
+                            "policy lag)", group="learner")
+
     def check(self, r: Rules) -> None:
         super().check(r)
+        r.at_least(self, "max_inflight", 1)
         r.need(self.topology != "native" or self.mode == "sync",
                "--topology native needs --mode sync: torch.distributed's collectives block "
                "every rank (async IMPALA broadcasts latest-wins over star, tree, butterfly "

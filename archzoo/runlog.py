@@ -14,7 +14,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,9 +22,18 @@ from typing import Any
 
 from archzoo.progress import Progress, ranks_heard, time_left
 
+# What a V-trace learner reports per update (learners/vtrace.py): loss terms, entropy, the
+# importance weights ρ = π/μ (mean, fraction clipped at ρ̄, mean |log π/μ|), gradient norm
+# before clipping, learning rate.
+LEARNER_STATS = ("loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "rho_clip_frac",
+                 "mean_log_ratio_abs", "grad_norm", "lr")
+
 METRIC_COLUMNS = (
     "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",
-    "learner_updates", "policy_lag", "bytes_sent", "bytes_recv",
+    "learner_updates", "policy_lag", "policy_lag_p50", "policy_lag_p90", "policy_lag_max",
+    "policy_lag_s", "policy_lag_s_p90", "bytes_sent", "bytes_recv",
+    # the learner's update statistics, averaged over the updates since the last row
+    *(f"learner/{k}" for k in LEARNER_STATS),
     # batched inference (GA3C, SEED); empty for the other architectures
     "infer_batch_mean", "infer_latency_ms", "prediction_queue", "training_queue",
 )
@@ -142,6 +151,35 @@ def numeric_leaves(tree: Any, prefix: str) -> list[tuple[str, float]]:
     return []
 
 
+def sample_stats(xs: list[float]) -> dict[str, float]:
+    """mean, p50, p90 and max of ``xs`` (rounded), or {} when empty."""
+    if not xs:
+        return {}
+    a = sorted(xs)
+    pick = lambda q: a[min(len(a) - 1, int(q * len(a)))]  # noqa: E731 - nearest rank
+    return {"mean": round(sum(a) / len(a), 3), "p50": round(pick(0.5), 3),
+            "p90": round(pick(0.9), 3), "max": round(a[-1], 3)}
+
+
+def hist_stats(hist: Counter) -> dict[str, float]:
+    """:func:`sample_stats` of a histogram value -> count."""
+    n = sum(hist.values())
+    if not n:
+        return {}
+    keys = sorted(hist)
+
+    def pick(q: float) -> float:
+        rank, seen = min(n - 1, int(q * n)), 0
+        for k in keys:
+            seen += hist[k]
+            if seen > rank:
+                return k
+        return keys[-1]
+
+    return {"mean": round(sum(k * v for k, v in hist.items()) / n, 3),
+            "p50": round(pick(0.5), 3), "p90": round(pick(0.9), 3), "max": round(keys[-1], 3)}
+
+
 class Monitor:
     """Learning curve, stop decision and progress for the deciding rank.
 
@@ -167,10 +205,11 @@ class Monitor:
         self.first_step_time: float | None = None
         self.time_to_target_s: float | None = None
         self.steps_to_target: int | None = None
-        self._lag_sum = 0.0
-        self._lag_n = 0
-        self._lag_total = 0.0
-        self._lag_count = 0
+        self._learner_row: dict[str, list[float]] = {}  # update statistics since the last row
+        self._lag_row: list[float] = []  # lags (versions) since the last metrics row
+        self._lag_s_row: list[float] = []  # and the behaviour policies' ages (seconds)
+        self.lag_hist: Counter[int] = Counter()  # the whole run: lag in versions -> count
+        self.lag_s_hist: Counter[float] = Counter()  # seconds, rounded to 10 ms
         self._last_t = time.time()
         self._last_steps = 0
         self.rows = 0
@@ -187,7 +226,8 @@ class Monitor:
                 "updates": self.updates, "elapsed_s": self.elapsed(),
                 "returns": list(self.returns),
                 "eval_returns": None if self.eval_returns is None else list(self.eval_returns),
-                "lag_total": self._lag_total, "lag_count": self._lag_count,
+                "lag_hist": {str(k): v for k, v in self.lag_hist.items()},
+                "lag_s_hist": {str(k): v for k, v in self.lag_s_hist.items()},
                 "time_to_target_s": self.time_to_target_s,
                 "steps_to_target": self.steps_to_target, "rows": self.rows}
 
@@ -198,7 +238,8 @@ class Monitor:
         self.returns.extend(state["returns"])
         if self.eval_returns is not None and state["eval_returns"] is not None:
             self.eval_returns.extend(state["eval_returns"])
-        self._lag_total, self._lag_count = state["lag_total"], state["lag_count"]
+        self.lag_hist = Counter({int(float(k)): v for k, v in state.get("lag_hist", {}).items()})
+        self.lag_s_hist = Counter({float(k): v for k, v in state.get("lag_s_hist", {}).items()})
         self.time_to_target_s = state["time_to_target_s"]
         self.steps_to_target = state["steps_to_target"]
         now = time.time()  # elapsed() and the time limit count the whole run
@@ -217,16 +258,31 @@ class Monitor:
                                 or first_step_time < self.first_step_time):
             self.first_step_time = first_step_time
 
-    def add_lag(self, lag: float) -> None:
-        self._lag_sum += lag
-        self._lag_n += 1
-        self._lag_total += lag
-        self._lag_count += 1
+    def add_learner_stats(self, stats: dict[str, float]) -> None:
+        """One update's statistics (:data:`LEARNER_STATS`); rows show their means."""
+        for k, v in stats.items():
+            if k in LEARNER_STATS:
+                self._learner_row.setdefault(k, []).append(float(v))
+
+    def add_lag(self, lag: float, seconds: float | None = None) -> None:
+        """One unroll's (or report's) policy lag: learner version − behaviour version, and
+        where known the behaviour policy's age in seconds."""
+        self._lag_row.append(float(lag))
+        self.lag_hist[int(round(lag))] += 1
+        if seconds is not None:
+            self._lag_s_row.append(float(seconds))
+            self.lag_s_hist[round(float(seconds), 2)] += 1
 
     @property
     def lag_mean(self) -> float | None:
         """Mean policy lag (learner version − behaviour version) over the whole run."""
-        return self._lag_total / self._lag_count if self._lag_count else None
+        n = sum(self.lag_hist.values())
+        return sum(k * v for k, v in self.lag_hist.items()) / n if n else None
+
+    def lag_summary(self) -> dict[str, Any]:
+        """summary.json's ``policy_lag``: the whole run's distribution, in versions and in
+        seconds (mean, p50, p90, max)."""
+        return {"versions": hist_stats(self.lag_hist), "seconds": hist_stats(self.lag_s_hist)}
 
     def add_eval(self, returns) -> None:
         """Greedy evaluation returns (architectures that explore with ε are judged by them)."""
@@ -288,7 +344,8 @@ class Monitor:
             self.run_dir.metrics_row(row)
         self.rows += 1
         self._last_t, self._last_steps = now, self.env_steps
-        self._lag_sum, self._lag_n = 0.0, 0
+        self._lag_row, self._lag_s_row = [], []
+        self._learner_row = {}
         self.progress.row(row, extra, left, ranks)
         if self.checkpointer is not None and not force:
             self.checkpointer.maybe_save()  # rows come between updates: a consistent state
@@ -296,15 +353,19 @@ class Monitor:
     def _report(self, now: float, dt: float, bytes_sent: int, bytes_recv: int):
         """The metrics row since the last one, the time left, the ranks heard."""
         fps = (self.env_steps - self._last_steps) / dt if dt > 0 else 0.0
-        lag = self._lag_sum / self._lag_n if self._lag_n else None
+        lag = sample_stats(self._lag_row)
+        lag_s = sample_stats(self._lag_s_row)
         row = {
             "time_s": round(self.elapsed(), 3), "env_steps": self.env_steps,
             "episodes": self.episodes,
             "mean_return_100": None if self.mean_return is None else round(self.mean_return, 3),
             "eval_mean_return": self.eval_mean_return, "fps": round(fps, 1),
             "learner_updates": self.updates,
-            "policy_lag": None if lag is None else round(lag, 3),
+            "policy_lag": lag.get("mean"), "policy_lag_p50": lag.get("p50"),
+            "policy_lag_p90": lag.get("p90"), "policy_lag_max": lag.get("max"),
+            "policy_lag_s": lag_s.get("mean"), "policy_lag_s_p90": lag_s.get("p90"),
             "bytes_sent": bytes_sent, "bytes_recv": bytes_recv,
+            **{f"learner/{k}": round(sum(v) / len(v), 5) for k, v in self._learner_row.items()},
         }
         left = time_left(now - self.t_start, self.time_limit, self.env_steps,
                          self.total_steps, fps)

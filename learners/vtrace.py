@@ -206,6 +206,8 @@ def impala_loss(
         "baseline_loss": baseline_loss.item(),
         "entropy": entropy.item(),
         "mean_rho": _mean_valid(targets.rhos, valid).item(),
+        "rho_clip_frac": _mean_valid((targets.log_ratios.exp() > cfg.rho_bar).float(),
+                                     valid).item(),
         "mean_log_ratio_abs": _mean_valid(targets.log_ratios.abs(), valid).item(),
     }
     return loss, stats

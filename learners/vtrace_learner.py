@@ -45,6 +45,10 @@ class VTraceLearner:
             self.opt = torch.optim.RMSprop(self.model.parameters(), lr=lr, alpha=0.99, eps=0.01)
         else:
             raise ValueError(f"unknown optimizer {optimizer!r}")
+        # RMSProp's eps 0.01 assumes the paper's loss scale: summed over the batch's steps
+        # (as IMPALA's and TorchBeast's implementations do). With a per-step mean the
+        # gradients (~1e-3) sit far below eps and RMSProp degrades to slow SGD.
+        self.sum_loss = optimizer == "rmsprop"
         self.version = 0  # number of updates applied: the parameters' version
         self.update_s = 0.0
         # Held around the optimiser step: a thread that reads the model concurrently (GA3C's
@@ -82,10 +86,13 @@ class VTraceLearner:
         logits = logits.reshape(T1, B, -1)[:-1]
         values = values.reshape(T1, B)
         loss, stats = self.loss(b, logits, values)
+        if self.sum_loss:  # the loss's terms are means over valid steps: back to their sum
+            loss = loss * b["valid"].sum().clamp(min=1)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),
                                                             self.max_grad_norm))
+        stats["lr"] = self.opt.param_groups[0]["lr"]
         with self.step_lock:
             self.opt.step()
             self.version += 1

@@ -252,7 +252,7 @@ def test_several_trainers_take_one_step_per_batch() -> None:
         stop(srv)
     assert srv.training_q.empty()
     assert opt_steps(srv.learner) == {6}
-    assert srv.mon.updates == 6 and srv.mon._lag_count == 6
+    assert srv.mon.updates == 6 and sum(srv.mon.lag_hist.values()) == 6
 
 
 def test_a_failing_worker_stops_every_thread_and_is_reported() -> None:

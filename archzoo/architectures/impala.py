@@ -3,13 +3,15 @@
 Role map: rank 0 is the learner, ranks 1..N are actors.
 
 - Actors step E envs with a local copy of the policy (the behaviour policy μ) and send
-  unrolls of T steps with μ's logits. ``--mode async`` (IMPALA's default): between unrolls
-  an actor takes the newest parameters that have arrived, without blocking. ``--mode
-  sync``: after each unroll it waits for the parameters that unroll produced.
-- The learner trains with the V-trace loss (eq. 1 of the paper) on what has arrived
-  (async) or on one unroll from every actor in rank order (sync, bit-for-bit reproducible
-  with ``--seed``), then broadcasts the new parameters over the chosen topology. Policy
-  lag = learner version − the version an unroll was acted with.
+  unrolls of T steps with μ's logits. ``--mode async`` (IMPALA's default): parameters are
+  taken as they arrive into a latest-wins slot, and every unroll starts with the newest;
+  at most ``--max-inflight`` unrolls are sent and not yet taken by the learner. ``--mode
+  sync``: after each unroll an actor waits for the parameters that unroll produced.
+- The learner trains with the V-trace loss (eq. 1 of the paper) on exactly
+  ``--batch-unrolls`` unrolls (async; 0 = one per live actor) or on one unroll from every
+  actor in rank order (sync, bit-for-bit reproducible with ``--seed``), then broadcasts
+  the new parameters over the chosen topology. Policy lag = learner version − the version
+  an unroll was acted with (reported as a distribution, in versions and seconds).
 - ``--actors 0``: the same actor and learner code in one process, no transport.
 
 The learner's end of the wire is :class:`archzoo.harness.unroll_link.LearnerLink`.
@@ -25,7 +27,7 @@ from actors.action_log import ActionLog, catch_up
 from actors.unroll import TIMING, UnrollActor, unroll_schema
 from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Message
-from archzoo.comm.sender import DoubleBuffer
+from archzoo.comm.sender import SendWindow
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.unroll_link import LearnerLink, schemas
@@ -86,11 +88,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     while stop is None:
         batch = link.next_batch()
         link.account(mon, batch, learner.version)
-        learner.update(batch)
-        link.release()
+        mon.add_learner_stats(learner.update(batch))
         mon.updates = learner.version
         stop = mon.check_stop()
-        link.send_params(learner, stop)
+        link.send_params(learner, stop)  # before the release: an actor waiting for its
+        link.release()  # unroll to be taken then finds the new version already sent
         mon.maybe_log(*harness.byte_totals(ctx.transport))
     return link.finish(run_dir, mon, stop, learner)
 
@@ -114,14 +116,26 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     if cfg.mode == "sync":  # a resumed run's actor takes its logged steps again
         catch_up(t, actor, root, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
     lc = harness.LeafControl(control, root)
-    out = DoubleBuffer(t, u_schema, root, harness.TAG_UNROLL, "unroll")  # collect one, send one
+    # --max-inflight unrolls sent and not yet taken by the learner (sync: two, collect one
+    # while the other is on the wire; the round's parameters pace the actor anyway)
+    out = SendWindow(t, u_schema, root, harness.TAG_UNROLL, "unroll",
+                     cfg.max_inflight if cfg.mode == "async" else 2)
     comm = Timers()
     params.next(cfg.startup_timeout)
+    asynchronous = cfg.mode == "async"
+
+    def poll() -> None:
+        lc.raise_if_stopped()
+        params.drain()
+
     try:
         while True:
             lc.raise_if_stopped()
-            buf = out.next(on_poll=lc.raise_if_stopped)
-            actor.collect(buf)
+            with comm("comm"):
+                buf = out.next(on_poll=poll if asynchronous else lc.raise_if_stopped)
+                if asynchronous:  # every unroll starts with the newest published version
+                    params.take_newest()
+            actor.collect(buf, on_step=params.drain if asynchronous else None)
             with comm("comm"):
                 out.send()
             if cfg.mode == "sync":  # the parameters this unroll produced (or STOP)
@@ -131,9 +145,6 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
                 if actor.version != expected:
                     raise RuntimeError(f"rank {ctx.rank}: expected parameters version "
                                        f"{expected}, got {actor.version}")
-            else:
-                with comm("comm"):
-                    params.take_newest()
     except harness.StopRequested:
         pass
     lc.stopped = True

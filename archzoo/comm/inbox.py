@@ -45,6 +45,19 @@ class Inbox:
         msg, req = self._slots[peer][0]
         return msg if req.test() else None
 
+    def poll_at(self, peer: int, i: int) -> Message | None:
+        """The ``i``-th oldest unreleased message from ``peer`` if it has arrived, else None
+        (messages from one peer arrive in order, so the ``i-1`` older ones have too)."""
+        slots = self._slots[peer]
+        if i >= len(slots):
+            return None
+        msg, req = slots[i]
+        return msg if req.test() else None
+
+    def depth(self) -> int:
+        """Receives posted per peer."""
+        return len(next(iter(self._slots.values()))) if self._slots else 0
+
     def release(self, peer: int) -> None:
         """Consume the oldest message from ``peer`` and repost its buffer."""
         msg, _ = self._slots[peer].popleft()

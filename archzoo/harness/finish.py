@@ -131,10 +131,11 @@ def _checkpoint_summary(mon: Monitor) -> dict[str, Any]:
                             "resumed_from": mon.resumed_from}}
 
 
-def abandon_run(reason: str) -> list[str]:
+def abandon_run(reason: str, error: bool = True) -> list[str]:
     """A failed run's deciding rank: a last checkpoint (where the architecture keeps them),
     policy.pt and summary.json with ``stop_reason`` "error: ...", written from what it
-    holds; returns what it wrote (empty if this process has no run)."""
+    holds; returns what it wrote (empty if this process has no run). A run stopped by a
+    signal (``error`` False) gets ``reason`` itself ("signal: SIGTERM", "interrupted")."""
     if not _OPEN:
         return []
     run = _OPEN.pop()
@@ -145,7 +146,8 @@ def abandon_run(reason: str) -> list[str]:
         mon.checkpointer.save()
         wrote.append("a checkpoint")
     cfg = run.ctx.cfg
-    summary = run_summary(run.ctx, mon, f"error: {reason}", cfg.topology or "star", "",
+    stop = f"error: {reason}" if error else reason
+    summary = run_summary(run.ctx, mon, stop, cfg.topology or "star", "",
                           cfg.device, mon.updates, {}, _checkpoint_summary(mon))
     run.run_dir.write_summary(summary)
     wrote.append("summary.json")
@@ -189,7 +191,7 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
         "eval_mean_return": mon.eval_mean_return, "episodes": mon.episodes,
         "env_steps": mon.env_steps, "learner_updates": updates,
         "fps": mon.env_steps / elapsed if elapsed > 0 else 0.0,
-        "policy_lag_mean": mon.lag_mean,
+        "policy_lag_mean": mon.lag_mean, "policy_lag": mon.lag_summary(),
         "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
         "bytes_sent_per_env_step": sum(  # every rank's sends, per env step of the run
             b.get("bytes_sent", 0) for b in extra.get("per_rank_bytes", {"0": totals}).values()

@@ -38,12 +38,14 @@ def absorb_stats(mon: Monitor, msg: dict[str, Any], version: int) -> bool:
     return True
 
 
-def account_unroll(mon: Monitor, msg: Message, learner_version: int) -> None:
-    """An unroll's episodes, valid steps and policy lag into the Monitor."""
+def account_unroll(mon: Monitor, msg: Message, learner_version: int,
+                   lag_s: float | None = None) -> None:
+    """An unroll's episodes, valid steps and policy lag (in versions, and in seconds when
+    the caller knows the behaviour policy's age) into the Monitor."""
     n = int(msg["ep_count"])
     mon.add_episodes(msg["ep_returns"][:n])
     mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
-    mon.add_lag(learner_version - int(msg["version"]))
+    mon.add_lag(learner_version - int(msg["version"]), lag_s)
 
 
 class StatsReporter:
@@ -112,7 +114,7 @@ def train_on_unrolls(mon: Monitor, collect: Callable[[Message], None], msg: Mess
     while stop is None:
         collect(msg)
         account_unroll(mon, msg, learner.version)
-        learner.update([msg])
+        mon.add_learner_stats(learner.update([msg]))
         if after_update is not None:
             after_update()
         mon.updates = learner.version

@@ -9,12 +9,14 @@ chosen topology.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from actors.action_log import ActionLog
 from actors.unroll import unroll_schema
 from archzoo import builders
-from archzoo.comm import ControlChannel, Inbox, Message
+from archzoo.comm import ControlChannel, Inbox, Message, PeerTimeout
+from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import finish_run, open_run
@@ -69,8 +71,13 @@ class LearnerLink:
         self.timers = Timers()
         self.unroll_schema, p_schema, digests = schemas(cfg, spec, model)
         self.control = ControlChannel(t, self.actors, TAG_CONTROL)
-        self.inbox = Inbox(t, self.unroll_schema, self.actors, TAG_UNROLL, depth=1,
+        # async: an update takes --batch-unrolls unrolls, so each actor may have that many
+        # over the actors waiting (sync: one each, in rank order)
+        depth = 1 if cfg.mode == "sync" or not cfg.batch_unrolls else \
+            -(-cfg.batch_unrolls // len(self.actors))
+        self.inbox = Inbox(t, self.unroll_schema, self.actors, TAG_UNROLL, depth=depth,
                            what="unroll")
+        self.published_at: dict[int, float] = {}  # version -> when it was published
         self.publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, self.actors,
                                          TAG_PARAMS, TAG_TOPOLOGY, cfg.mode)
         handshake_root(self.control, self.actors, digests, cfg.startup_timeout)
@@ -99,44 +106,83 @@ class LearnerLink:
                                   self.cfg.startup_timeout)
         return run_dir, mon
 
+    def batch_size(self) -> int:
+        """Unrolls per asynchronous update: ``--batch-unrolls`` (0 = one per live actor), at
+        most what the live actors can have waiting (the inbox's depth each)."""
+        live = len(self.survivors.live)
+        return max(1, min(self.cfg.batch_unrolls or live, live * self.inbox.depth()))
+
     def next_batch(self) -> list[Message]:
         """The unrolls of the next update: one from every actor in rank order (sync,
-        reproducible with ``--seed``), or what has arrived, at most ``--batch-unrolls``
-        (async). They are views into the inbox's buffers, valid until :meth:`release`."""
+        reproducible with ``--seed``), or exactly :meth:`batch_size` unrolls, oldest first
+        and round robin over the actors, waiting for them under ``--comm-timeout`` (async:
+        the policy moves by one update per batch, as in the paper). They are views into
+        the inbox's buffers, valid until :meth:`release`."""
         inbox, pump = self.inbox, self.publisher.pump
         if self.cfg.mode == "sync":
             batch = [(a, inbox.recv_from(a, on_poll=pump)) for a in self.actors]
         else:
-            got = None
-            while got is None:  # until an unroll arrives from an actor that is alive
-                got = self.survivors.guard(lambda: inbox.recv_any(on_poll=pump),
-                                           "receiving unrolls")
-            peer, msg = got
-            batch = [(peer, msg)]
-            for p in self.survivors.guard(inbox.ready, "receiving unrolls") or []:
-                if len(batch) >= (self.cfg.batch_unrolls or len(self.actors)):
-                    break
-                if p != peer:
-                    batch.append((p, inbox.poll(p)))
+            batch = self._gather()
         self.peers = [p for p, _ in batch]
         return [m for _, m in batch]
 
+    def _gather(self) -> list[tuple[int, Message]]:
+        t, inbox = self.ctx.transport, self.inbox
+        batch: list[tuple[int, Message]] = []
+        taken: dict[int, int] = {}  # actor -> its unrolls in this batch
+
+        def take_arrived() -> bool:
+            got = False
+            for i in range(inbox.depth()):  # oldest first: every actor's 1st, then 2nd, ...
+                for p in inbox.ready():  # round robin: the next batch starts after p
+                    if len(batch) < self.batch_size() and taken.get(p, 0) == i and \
+                            (msg := inbox.poll_at(p, i)) is not None:
+                        batch.append((p, msg))
+                        taken[p] = i + 1
+                        inbox.advance(p)
+                        got = True
+            return got
+
+        t0 = time.perf_counter()
+        backoff = Backoff(t.idle, t.spin_s)
+        try:
+            while len(batch) < self.batch_size():
+                if self.survivors.guard(take_arrived, "receiving unrolls"):
+                    backoff.reset()
+                    continue
+                self.survivors.guard(self.publisher.pump, "sending parameters")
+                if time.perf_counter() - t0 > t.timeout_s:
+                    quiet = [str(p) for p in self.survivors.live if not taken.get(p)]
+                    raise PeerTimeout(t.rank, ",".join(quiet) or "any actor",
+                                      f"unrolls (a batch of {self.batch_size()}, "
+                                      f"{len(batch)} arrived)", t.timeout_s)
+                backoff.pause()
+        finally:
+            t.wait_s += time.perf_counter() - t0
+        return batch
+
     def account(self, mon: Monitor, batch: list[Message], version: int) -> None:
         """The batch's episodes, steps and policy lag into ``mon``, and each actor's lag
-        (learner version minus the unroll's behaviour-policy version) apart."""
+        (learner version minus the unroll's behaviour-policy version) apart. The lag in
+        seconds is the age of the behaviour policy: now minus when it was published."""
+        now = time.time()
         for peer, msg in zip(self.peers, batch, strict=True):
-            account_unroll(mon, msg, version)
+            behaviour = int(msg["version"])
+            published = self.published_at.get(behaviour)
+            account_unroll(mon, msg, version,
+                           None if published is None else now - published)
             if self.actions is not None:
                 self.actions.record(peer, msg["actions"])
             lag = self.lag.setdefault(peer, [0, 0])
-            lag[0] += version - int(msg["version"])
+            lag[0] += version - behaviour
             lag[1] += 1
 
     def release(self) -> None:
         """Repost the buffers of the last batch: its messages are overwritten from now on."""
         with self.timers("comm"):
             for p in self.peers:
-                self.inbox.release(p)
+                if p in self.inbox.peers:  # not an actor that died since
+                    self.inbox.release(p)
 
     def send_params(self, learner: VTraceLearner, stop: str | None = None) -> None:
         """The learner's parameters to every actor as version ``learner.version`` (sync: and
@@ -144,6 +190,8 @@ class LearnerLink:
         if stop is not None:
             self.publisher.publish_stop()  # sync actors blocked in a collective stop
             return
+        self.published_at[learner.version] = time.time()
+        self.published_at.pop(learner.version - 10_000, None)
         with self.timers("comm"):
             get_flat(learner.model, self.publisher.latest["params"])
             self.survivors.guard(lambda: self.publisher.publish(version=learner.version),

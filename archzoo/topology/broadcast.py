@@ -152,6 +152,8 @@ class ParamsSubscriber:
             members = list(range(t.world_size)) if members is None else members
             self.tree = _async_tree(t, topology, fanout, schema, members, tag_params)
         self.relay = schema.new()
+        self.slot = schema.new()  # star: the newest version received, not yet loaded
+        self.slot["version"][...] = STOP_VERSION
         self.version = -1
         self.loads = 0  # versions handed to on_params
 
@@ -183,13 +185,27 @@ class ParamsSubscriber:
         self._load(got[0])
         return True
 
+    def drain(self) -> None:
+        """Take what has arrived without loading it (cheap: call it every env step). On
+        the star each arrival is copied into a latest-wins slot and its receive reposted at
+        once, so the learner's next send goes straight out instead of waiting, with an old
+        version in it, until the next load; on the async tree this polls (and relays)."""
+        if self.tree is not None:
+            self.tree.poll()
+            return
+        while self.inbox is not None and (msg := self.inbox.poll(self.root)) is not None:
+            if int(msg["version"]) > int(self.slot["version"]):
+                self.slot.copy_from(msg)
+            self.inbox.release(self.root)
+
     def take_newest(self) -> None:
+        """Load the newest version that has arrived, if newer than the one loaded."""
         if self.tree is not None:
             self._take_tree()
             return
-        while self.inbox is not None and (msg := self.inbox.poll(self.root)) is not None:
-            self._load(msg)
-            self.inbox.release(self.root)
+        self.drain()
+        if int(self.slot["version"]) > self.version:
+            self._load(self.slot)
 
     def next(self, timeout_s: float | None = None,
              on_poll: Callable[[], None] | None = None) -> int:
@@ -198,6 +214,8 @@ class ParamsSubscriber:
             return self._load(self.relay)
         if self.tree is not None:
             return self._next_tree(timeout_s, on_poll)
+        if int(self.slot["version"]) > self.version:  # drained already, not yet loaded
+            return self._load(self.slot)
         version = self._load(self.inbox.recv_from(self.root, timeout_s, on_poll=on_poll))
         self.inbox.release(self.root)
         return version
