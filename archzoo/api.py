@@ -18,7 +18,6 @@ same config and launches through the same function, :func:`launch`.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -91,23 +90,31 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
         from archzoo.worker import run_rank
 
         return run_rank(record.load(), resolved, where, T_START), resolved
-    child = _forward_argv(config_argv(cfg, given), resolved)
-    code = _start(child, world, resolved.backend)
-    for attempt in range(1, resolved.max_restarts + 1):
-        if code in (0, EXIT_USAGE, 130):
-            break
-        from archzoo.checkpoint import latest
+    from archzoo.launcher import stop_requested, stop_signals
 
-        if latest(resolved.run_dir) is None:
-            print(f"archzoo: the run failed (exit code {code}) before its first checkpoint: "
-                  "nothing to restart from", file=sys.stderr, flush=True)
-            break
-        wait = min(30.0, 2.0 ** (attempt - 1))
-        print(f"archzoo: the run failed (exit code {code}); restart {attempt} of "
-              f"{resolved.max_restarts} in {wait:.0f}s from its latest checkpoint",
-              file=sys.stderr, flush=True)
-        time.sleep(wait)
-        code = _start(restart_argv(cfg, given, resolved.run_dir), world, resolved.backend)
+    child = _forward_argv(config_argv(cfg, given), resolved)
+    with stop_signals():  # SIGINT/SIGTERM/SIGHUP stop the ranks (archzoo/launcher.py)
+        code = _start(child, world, resolved.backend)
+        for attempt in range(1, resolved.max_restarts + 1):
+            if code in (0, EXIT_USAGE, 130) or stop_requested():
+                break
+            from archzoo.checkpoint import latest
+
+            if latest(resolved.run_dir) is None:
+                print(f"archzoo: the run failed (exit code {code}) before its first "
+                      "checkpoint: nothing to restart from", file=sys.stderr, flush=True)
+                break
+            wait = min(30.0, 2.0 ** (attempt - 1))
+            print(f"archzoo: the run failed (exit code {code}); restart {attempt} of "
+                  f"{resolved.max_restarts} in {wait:.0f}s from its latest checkpoint",
+                  file=sys.stderr, flush=True)
+            end = time.time() + wait
+            while time.time() < end and not stop_requested():
+                time.sleep(0.05)
+            if stop_requested():
+                code = 128 + stop_requested()
+                break
+            code = _start(restart_argv(cfg, given, resolved.run_dir), world, resolved.backend)
     return code, resolved
 
 
@@ -116,7 +123,7 @@ def _start(child: list[str], world: int, backend: str) -> int:
     from archzoo import launcher
 
     if world == 1:
-        return subprocess.run(launcher.child_argv(child), env=launcher.child_env()).returncode
+        return launcher.run_one(child)
     if backend == "mpi":
         return launcher.run_mpiexec(child, world)
     return launcher.run_gloo(child, world)

@@ -12,6 +12,12 @@ Before every rank has joined (rank 0 marks the run started), any death ends the 
 once: nothing has been learnt, and the others would wait for the dead rank (an MPI rank
 waits in ``MPI_Init`` without a deadline).
 
+SIGINT, SIGTERM and SIGHUP stop the run the same way (:func:`stop_signals`, installed
+before the first child starts): the launcher sends the signal on to every rank (under MPI to
+the ranks themselves: mpiexec's proxy and each rank's shell run in sessions of their own),
+gives them STOP_GRACE_S to keep what rank 0 learnt (archzoo/worker.py), then kills what is
+left, mpiexec's job included, and exits with 128 + the signal's number.
+
 Either way the children see the directories of architectures and environments imported from
 the user's own modules (``archzoo run package.module:NAME``, ``--env module:Id``,
 ``--env-import``) on their ``PYTHONPATH`` (:func:`child_env`).
@@ -25,13 +31,42 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from archzoo.comm.factory import free_port
 
 GRACE_S = 15.0
+STOP_GRACE_S = 5.0  # after a stop signal: time for the ranks to save and end
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STOPS: list[int] = []  # the stop signals this process received while launching
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP are only noted (:func:`stop_requested`)
+    for the launch to stop its ranks; the handlers before are restored after it. (Only the
+    main thread can install handlers; elsewhere the block changes nothing.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    _STOPS.clear()
+    for s in STOP_SIGNALS:
+        signal.signal(s, lambda signum, frame: _STOPS.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def stop_requested() -> int | None:
+    """The first stop signal received inside :func:`stop_signals`, else None."""
+    return _STOPS[0] if _STOPS else None
 
 
 def find_mpiexec() -> str | None:
@@ -80,9 +115,11 @@ def run_mpiexec(argv: list[str], world_size: int) -> int:
                         ARCHZOO_MPI_SURVIVE="1", ARCHZOO_STARTED_FILE=str(started),
                         ARCHZOO_DEATHS_FILE=str(deaths))
         cmd = [mpiexec, *MPI_SURVIVE, "-n", str(world_size), *RANK_SHELL, *child_argv(argv)]
+        if stop_requested():
+            return 128 + stop_requested()
         job = subprocess.Popen(cmd, env=env, start_new_session=True)  # killed as a group
         code = _supervise([job], started, lambda: _deaths_from(deaths))
-        if code != 0 and code != 130 and done.exists():
+        if code != 0 and code < 128 and done.exists():
             print(f"archzoo: mpiexec exited with code {code} (a rank died); rank 0 finished "
                   "the run without it", file=sys.stderr, flush=True)
             return 0
@@ -100,8 +137,20 @@ def run_gloo(argv: list[str], world_size: int) -> int:
                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                             ARCHZOO_EMBEDDED="1", ARCHZOO_LAUNCH_TIME=str(time.time()),
                             OMP_NUM_THREADS="1", ARCHZOO_STARTED_FILE=str(started))
+            if stop_requested():
+                break
             procs.append(subprocess.Popen(child_argv(argv), env=env))
         return _supervise(procs, started, lambda: _deaths_of(procs))
+
+
+def run_one(argv: list[str]) -> int:
+    """The only rank of a one-process run as a child; its exit code."""
+    proc = subprocess.Popen(child_argv(argv), env=child_env())
+    while proc.poll() is None:
+        if stop_requested():
+            return _stop([proc], stop_requested())
+        time.sleep(0.05)
+    return proc.returncode
 
 
 def mark_started() -> None:
@@ -137,8 +186,8 @@ def _how(rc: int) -> str:
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:
-    """Kill what is left: each child, and a child's process group if it leads one (mpiexec,
-    its proxies and the ranks)."""
+    """Kill what is left: each child, and a child's process group if it leads one (mpiexec;
+    its proxy then kills the ranks)."""
     for p in procs:
         if p.poll() is None:
             try:
@@ -147,6 +196,76 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             except ProcessLookupError:
                 pass
             p.kill()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for e in entries:
+        try:
+            stat = Path(f"/proc/{e}/stat").read_text()
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(e))
+        except (OSError, IndexError, ValueError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _is_rank(pid: int) -> bool:
+    """``pid`` runs archzoo in this Python (a rank, not mpiexec, its proxy or a shell)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return cmd[:3] == [os.fsencode(sys.executable), b"-m", b"archzoo"]
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _stop(procs: list[subprocess.Popen], signum: int) -> int:
+    """The launcher got stop signal ``signum``: send it on to every rank (the gloo children
+    themselves; under MPI the ranks below mpiexec, which run in sessions of their own), wait
+    STOP_GRACE_S for them to end, then kill what is left. Returns 128 + ``signum``."""
+    below = {p.pid: _descendants(p.pid) for p in procs}
+    for p in procs:
+        if p.poll() is None:
+            ranks = [d for d in below[p.pid] if _is_rank(d)]
+            if ranks:  # mpiexec: the ranks, not hydra (which would kill them at once)
+                _signal(ranks, signum)
+            else:
+                p.send_signal(signum)
+    deadline = time.time() + STOP_GRACE_S
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pass
+    _kill(procs)
+    left = [d for pids in below.values() for d in pids]
+    for p in procs:  # what started since, and what outlived mpiexec
+        left += _descendants(p.pid)
+    _signal(left, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    print(f"archzoo: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def _supervise(procs: list[subprocess.Popen], started: Path,
@@ -162,6 +281,8 @@ def _supervise(procs: list[subprocess.Popen], started: Path,
     noted: set[int] = set()
     try:
         while any(p.poll() is None for p in procs):
+            if stop_requested():
+                return _stop(procs, stop_requested())
             for rank, rc in deaths().items():
                 if rank in noted:
                     continue
@@ -179,17 +300,10 @@ def _supervise(procs: list[subprocess.Popen], started: Path,
             if failed_at is not None and time.time() - failed_at > GRACE_S:
                 _kill(procs)
             time.sleep(0.05)
-    except KeyboardInterrupt:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        deadline = time.time() + 5
-        for p in procs:
-            try:
-                p.wait(max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                _kill([p])
-        return 130
+    except KeyboardInterrupt:  # outside stop_signals (another thread's launch)
+        return _stop(procs, signal.SIGINT)
+    if stop_requested():
+        return _stop(procs, stop_requested())
     for p in procs:
         rc = p.wait()
         if rc != 0 and code == 0:

@@ -9,12 +9,20 @@ rank just exits, for rank 0 to notice. gloo cannot withdraw posted receives, so 
 rank ends with ``os._exit`` after its final barrier (buffers flushed first); so does an
 MPI rank, since ``MPI_Finalize`` waits without a deadline for every rank of the job, the
 dead included.
+
+SIGTERM and SIGHUP end a rank as Ctrl-C does (:class:`Stopped`, a KeyboardInterrupt): the
+deciding rank keeps a checkpoint, policy.pt and summary.json with ``stop_reason``
+"signal: SIGTERM" (Ctrl-C: "interrupted"), and the rank exits with 128 + the signal's
+number. Later stop signals are ignored, so that saving is not cut short (the launcher
+kills a rank that takes too long).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from archzoo.architectures import ArchModule
@@ -25,6 +33,40 @@ from archzoo.config import RunConfig
 from archzoo.harness import RankContext
 from archzoo.harness.finish import abandon_run
 from archzoo.progress import close_all
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal other than SIGINT (SIGTERM, SIGHUP) arrived: end as Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    for s in STOP_SIGNALS:  # once: what follows saves the run, and must not be cut short
+        signal.signal(s, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Stopped(signum)
+
+
+def _catch_stop_signals() -> dict[int, object]:
+    """Install :func:`_on_stop_signal`; returns the handlers it replaced (none outside the
+    main thread, where handlers cannot be installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, _on_stop_signal)
+    return before
+
+
+def _restore(handlers: dict[int, object]) -> None:
+    for s, handler in handlers.items():
+        signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def _say(rank: int, msg: str) -> None:
@@ -42,7 +84,8 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             found = "using CUDA" if args.device == "cuda" else "no CUDA device, using the CPU"
             print(f"archzoo: --device auto: {found}", flush=True)
     transport = None
-    code, reason = 0, ""
+    code, reason, error = 0, "", True
+    handlers = _catch_stop_signals()
     try:
         if launch.world_size > 1:
             transport = make_transport(args.backend, launch, args.comm_timeout,
@@ -53,21 +96,27 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     except (CommError, TimeoutError, CheckpointError) as e:
         _say(launch.rank, str(e))
         code, reason = 1, str(e)
+    except Stopped as e:
+        code, reason, error = 128 + e.signum, f"signal: {signal.Signals(e.signum).name}", False
     except KeyboardInterrupt:
-        code, reason = 130, "interrupted"
+        code, reason, error = 130, "interrupted", False
     except Exception as e:  # noqa: BLE001 - a bug: show where
         traceback.print_exc()
         _say(launch.rank, f"{type(e).__name__}: {e}")
         code, reason = 1, f"{type(e).__name__}: {e}"
     if code != 0:
-        _keep_what_was_learnt(launch.rank, reason)
+        _keep_what_was_learnt(launch.rank, reason, error)
     close_all()  # a live progress panel left by a failed run
+    _restore(handlers)
     if code == 0 and launch.rank == 0:
         _tell_launcher_done()
     if transport is not None:
-        if code != 0 and transport.backend == "mpi" and (
-                launch.rank == 0 or not os.environ.get("ARCHZOO_MPI_SURVIVE")):
-            transport.abort(code)  # under a job that survives a death, rank 0 decides
+        survive = bool(os.environ.get("ARCHZOO_MPI_SURVIVE"))
+        ends_job = launch.rank == 0 or not survive  # under a job that survives, rank 0 decides
+        if not error:  # a stop signal reached every rank; archzoo's launcher kills the rest
+            ends_job = launch.rank == 0 and not survive  # and rank 0 may still be saving
+        if code != 0 and transport.backend == "mpi" and ends_job:
+            transport.abort(code)
         # Never MPI_Finalize: it ends in a PMI barrier of every rank of the job, without a
         # deadline, so a survivor hangs there for ever when any rank died (even one it never
         # talked to). The stop protocol's final barrier already met every live peer.
@@ -85,13 +134,16 @@ def _tell_launcher_done() -> None:
         open(path, "w").close()
 
 
-def _keep_what_was_learnt(rank: int, reason: str) -> None:
-    """The deciding rank of a failed run writes a checkpoint, policy.pt and summary.json."""
+def _keep_what_was_learnt(rank: int, reason: str, error: bool = True) -> None:
+    """The deciding rank of a failed or stopped run writes a checkpoint, policy.pt and
+    summary.json (``error``: the stop reason is "error: ``reason``", else ``reason``)."""
     try:
-        wrote = abandon_run(reason)
+        wrote = abandon_run(reason, error=error)
         if wrote:
-            print(f"archzoo: rank {rank}: kept {', '.join(wrote)} of the failed run "
-                  "(stop_reason: error)", file=sys.stderr, flush=True)
+            what = "failed run (stop_reason: error)" if error else \
+                f"stopped run (stop_reason: {reason})"
+            print(f"archzoo: rank {rank}: kept {', '.join(wrote)} of the {what}",
+                  file=sys.stderr, flush=True)
     except Exception as e:  # noqa: BLE001 - never hide the first error behind a second
         _say(rank, f"could not save the failed run: {type(e).__name__}: {e}")
 
