@@ -13,9 +13,12 @@ import numpy as np
 ACTOR, EVALUATOR = 0, 1  # roles: training envs, greedy-evaluation envs
 
 
+MASK = 0x7FFFFFFF  # seeds fit a C int: ale-py's vector env takes no larger one
+
+
 def _derive(*key: int) -> int:
-    """A 32-bit seed from the SeedSequence of ``key`` (independent for distinct keys)."""
-    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1)[0])
+    """A 31-bit seed from the SeedSequence of ``key`` (independent for distinct keys)."""
+    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1)[0]) & MASK
 
 
 def actor_seed(seed: int, rank: int) -> int:
@@ -30,7 +33,7 @@ def evaluator_seed(seed: int, rank: int) -> int:
 
 def env_seeds(seed: int, num_envs: int) -> list[int]:
     """One seed per env of a rank whose seed is ``seed``: the spawned children's states."""
-    return [int(c.generate_state(1)[0])
+    return [int(c.generate_state(1)[0]) & MASK
             for c in np.random.SeedSequence(seed).spawn(num_envs)]
 
 

@@ -7,8 +7,8 @@ the surviving ranks, unless the job outlives a dead rank (``ARCHZOO_MPI_SURVIVE`
 archzoo's launchers): then only rank 0 aborts, after it kept what it learnt, and another
 rank just exits, for rank 0 to notice. gloo cannot withdraw posted receives, so a gloo
 rank ends with ``os._exit`` after its final barrier (buffers flushed first); so does an
-MPI rank, since ``MPI_Finalize`` waits without a deadline for every rank of the job, the
-dead included.
+MPI rank, after ``MPI_Finalize`` under a plain mpiexec (with a deadline: it waits for every
+rank of the job, the dead included) and without it under archzoo's own launcher.
 
 SIGTERM and SIGHUP end a rank as Ctrl-C does (:class:`Stopped`, a KeyboardInterrupt): the
 deciding rank keeps a checkpoint, policy.pt and summary.json with ``stop_reason``
@@ -69,6 +69,9 @@ def _restore(handlers: dict[int, object]) -> None:
         signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
+FINALIZE_S = 10.0  # longest wait in MPI_Finalize before a rank just exits
+
+
 def _say(rank: int, msg: str) -> None:
     print(f"archzoo: rank {rank}: error: {msg}", file=sys.stderr, flush=True)
 
@@ -117,11 +120,16 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             ends_job = launch.rank == 0 and not survive  # and rank 0 may still be saving
         if code != 0 and transport.backend == "mpi" and ends_job:
             transport.abort(code)
-        # Never MPI_Finalize: it ends in a PMI barrier of every rank of the job, without a
-        # deadline, so a survivor hangs there for ever when any rank died (even one it never
-        # talked to). The stop protocol's final barrier already met every live peer.
         sys.stdout.flush()
         sys.stderr.flush()
+        if transport.backend == "mpi" and code == 0 and not survive and \
+                not getattr(transport, "lost", None):
+            # A plain mpiexec ends the job when a rank leaves without MPI_Finalize, so leave
+            # properly, but with a deadline: MPI_Finalize ends in a PMI barrier of every rank
+            # of the job, which never completes once any rank died (even one this rank
+            # never talked to). Under archzoo's own launcher (a job that outlives a dead
+            # rank) no rank finalizes: the stop protocol's final barrier met every live peer.
+            transport.finalize(deadline_s=FINALIZE_S, code=code)
         os._exit(code)
     return code
 

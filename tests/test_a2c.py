@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from actors.segment import Segment, SegmentActor
 from archzoo.envs import env_spec
 from archzoo.nets import ActorCritic, get_flat, num_params
+from archzoo.seeding import env_seeds
 from learners.a2c import A2CConfig, a2c_gradient, a2c_loss, n_step_returns
 
 
@@ -352,13 +353,13 @@ def test_segment_actor_masks_autoreset_and_reports_returns():
     np.testing.assert_array_equal(valid[1:], ~done[:-1])
     assert done.sum() >= 10 and np.concatenate([s.truncated for s in segs]).any()
 
-    # Naive replay on single envs, seeded as the vector env seeds them (seed + e).
+    # Naive replay on single envs, seeded as the actor seeds them (archzoo/seeding.py).
     obs = np.concatenate([s.obs[:T] for s in segs] + [segs[-1].obs[T:]])
     actions = np.concatenate([s.actions for s in segs])
     finished = []  # (step, env, return, length)
     for e in range(E):
         env = gym.make(STEPS)
-        o, _ = env.reset(seed=seed + e)
+        o, _ = env.reset(seed=env_seeds(seed, E)[e])
         np.testing.assert_array_equal(obs[0, e], o)
         ret, length, after_end = 0.0, 0, False
         for t in range(actions.shape[0]):

@@ -14,10 +14,12 @@ import torch
 from mp import describe, run_gloo, run_mpi
 from runs import cli, load_run, torchrun
 
+from actors.base import vector_seed
 from actors.batched_policy import request_schema
 from actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec, make_vector_env
 from archzoo.nets import ActorCritic, make_torso
+from archzoo.seeding import env_seeds
 from learners.dqn import QNetwork
 from replay.server import reply_schema, transitions_schema
 
@@ -96,7 +98,7 @@ def test_unroll_actor_records_frames_bit_exact() -> None:
     msg = unroll_schema(spec, 5, 2).new()
     actor.collect(msg)
     envs = make_vector_env(spec, 2)
-    obs, _ = envs.reset(seed=3)
+    obs, _ = envs.reset(seed=vector_seed(envs, env_seeds(3, 2)))
     np.testing.assert_array_equal(msg["obs"][0], obs)
     for t in range(5):
         obs, *_ = envs.step(msg["actions"][t])
@@ -144,7 +146,7 @@ def test_clipped_rewards_and_lost_lives_reach_the_losses_not_the_logs(
     logged_len = np.concatenate([m["ep_lengths"][:int(m["ep_count"])] for m in msgs])
 
     envs = make_vector_env(spec, E)  # the raw game, same seed, same actions
-    _, info = envs.reset(seed=4)
+    _, info = envs.reset(seed=vector_seed(envs, env_seeds(4, E)))
     lives, done = info["lives"], np.zeros(E, bool)
     ret, length = np.zeros(E), np.zeros(E, int)
     games, game_lens, mid_game_losses, big = [], [], 0, 0

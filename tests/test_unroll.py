@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from actors.base import vector_seed
 from actors.unroll import TIMING, UnrollActor, unroll_schema
 from archzoo.envs import EnvSpec, env_spec, make_vector_env
-from archzoo.seeding import env_seeds
 from archzoo.nets import ActorCritic
+from archzoo.seeding import env_seeds
 
 CARTPOLE = "CartPole-v1"
 RESET_BOUND = 0.05  # CartPole's reset draws every state component from U(-0.05, 0.05)

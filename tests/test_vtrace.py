@@ -387,10 +387,12 @@ def test_impala_loss_gradients_and_stats(seed: int, rho_bar: float, c_bar: float
     assert torch.all(values.grad[:-1][~d["valid"]] == 0)
 
     # Stats.
-    keys = {"loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "mean_log_ratio_abs"}
+    keys = {"loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "mean_log_ratio_abs",
+            "rho_clip_frac"}
     assert set(stats) == keys
     assert all(isinstance(v, float) and math.isfinite(v) for v in stats.values())
     ratio = np.exp(logp_a - action_logp(d["behaviour_logits"], d["actions"]).double().numpy())
+    assert stats["rho_clip_frac"] == pytest.approx((ratio > rho_bar)[valid].sum() / n, rel=1e-4)
     assert stats["mean_rho"] == pytest.approx(np.minimum(rho_bar, ratio)[valid].sum() / n, rel=1e-4)
     assert stats["mean_log_ratio_abs"] == pytest.approx(
         np.abs(np.log(ratio))[valid].sum() / n, rel=1e-4

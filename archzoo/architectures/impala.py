@@ -86,9 +86,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     link.send_params(learner)  # version 0 (or the resumed one): where every actor starts
     stop = None
     while stop is None:
-        batch = link.next_batch()
+        batch = link.next_batch(stopping=lambda: mon.check_stop() is not None)
         link.account(mon, batch, learner.version)
-        mon.add_learner_stats(learner.update(batch))
+        if batch:
+            mon.add_learner_stats(learner.update(batch))
         mon.updates = learner.version
         stop = mon.check_stop()
         link.send_params(learner, stop)  # before the release: an actor waiting for its

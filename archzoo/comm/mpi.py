@@ -178,9 +178,34 @@ class MPITransport(Transport):
         self._pending.clear()
         self.comm.Free()
 
+    def finalize(self, deadline_s: float, code: int = 0) -> None:
+        """:meth:`shutdown`, then ``MPI_Finalize``; if that has not returned within
+        ``deadline_s`` (it waits for every rank of the job, and a dead one never comes) the
+        process exits with ``code`` from a watchdog thread."""
+        import threading
+
+        watchdog = threading.Timer(deadline_s, os._exit, args=(code,))
+        watchdog.daemon = True
+        watchdog.start()
+        self.shutdown()
+        _finalize_without_gil()
+        watchdog.cancel()
+
     def abort(self, code: int = 1) -> None:
         """End the whole job (an uncaught error in one rank would otherwise hang MPICH)."""
         self.MPI.COMM_WORLD.Abort(code)
+
+
+def _finalize_without_gil() -> None:
+    """``MPI_Finalize`` through ctypes, which releases the GIL during the call (mpi4py's
+    holds it, so no watchdog thread could run while it waits). The caller exits right after
+    (``os._exit``), so mpi4py's own finalize at exit never runs."""
+    import ctypes
+
+    from mpi4py import MPI
+
+    lib = ctypes.CDLL(MPI.__file__, mode=ctypes.RTLD_GLOBAL)  # resolves libmpi's symbols
+    lib.MPI_Finalize()
 
 
 def _alive(pid: int) -> bool:

@@ -10,6 +10,7 @@ chosen topology.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from actors.action_log import ActionLog
@@ -112,21 +113,23 @@ class LearnerLink:
         live = len(self.survivors.live)
         return max(1, min(self.cfg.batch_unrolls or live, live * self.inbox.depth()))
 
-    def next_batch(self) -> list[Message]:
+    def next_batch(self, stopping: Callable[[], bool] | None = None) -> list[Message]:
         """The unrolls of the next update: one from every actor in rank order (sync,
         reproducible with ``--seed``), or exactly :meth:`batch_size` unrolls, oldest first
         and round robin over the actors, waiting for them under ``--comm-timeout`` (async:
-        the policy moves by one update per batch, as in the paper). They are views into
-        the inbox's buffers, valid until :meth:`release`."""
+        the policy moves by one update per batch, as in the paper). While it waits,
+        ``stopping()`` true (the run's time is up) ends the wait with what has arrived,
+        maybe nothing: a silent actor delays the stop by no more than a poll. The unrolls
+        are views into the inbox's buffers, valid until :meth:`release`."""
         inbox, pump = self.inbox, self.publisher.pump
         if self.cfg.mode == "sync":
             batch = [(a, inbox.recv_from(a, on_poll=pump)) for a in self.actors]
         else:
-            batch = self._gather()
+            batch = self._gather(stopping)
         self.peers = [p for p, _ in batch]
         return [m for _, m in batch]
 
-    def _gather(self) -> list[tuple[int, Message]]:
+    def _gather(self, stopping: Callable[[], bool] | None) -> list[tuple[int, Message]]:
         t, inbox = self.ctx.transport, self.inbox
         batch: list[tuple[int, Message]] = []
         taken: dict[int, int] = {}  # actor -> its unrolls in this batch
@@ -151,6 +154,8 @@ class LearnerLink:
                     backoff.reset()
                     continue
                 self.survivors.guard(self.publisher.pump, "sending parameters")
+                if stopping is not None and stopping():
+                    break
                 if time.perf_counter() - t0 > t.timeout_s:
                     quiet = [str(p) for p in self.survivors.live if not taken.get(p)]
                     raise PeerTimeout(t.rank, ",".join(quiet) or "any actor",

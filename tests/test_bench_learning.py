@@ -1,0 +1,122 @@
+"""benchmarks/bench_learning.py without training: archzoo runs are faked (a metrics.csv and a
+summary.json written into the run directory), so the grid, the kept cells, the tables, the
+results file and the figures are checked in a second."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_learning.py"
+spec = importlib.util.spec_from_file_location("bench_learning", PATH)
+bl = importlib.util.module_from_spec(spec)
+sys.modules["bench_learning"] = bl
+spec.loader.exec_module(bl)
+
+HEADER = "time_s,env_steps,episodes,mean_return_100,eval_mean_return,policy_lag\n"
+
+
+def fake_launch(calls: list[list[str]], fail_arch: str | None = None):
+    """A launch that writes a run's files: return100 rises to 6 at 3 minutes, then falls to
+    3 by the end (a collapse); ``fail_arch`` exits 1 with an error line."""
+
+    def launch(cmd: list[str], timeout: float) -> tuple[int, str, str]:
+        calls.append(cmd)
+        arch = cmd[cmd.index("run") + 1]
+        if arch == fail_arch:
+            return 1, "", "Traceback ...\nerror: something broke\n"
+        d = Path(cmd[cmd.index("--run-dir") + 1])
+        d.mkdir(parents=True)
+        seconds = float(cmd[cmd.index("--time-limit") + 1])
+        lines, t = [HEADER], 5.0
+        while t <= seconds + 1e-9:
+            r = 6 * t / 180 if t <= 180 else 6 - 3 * (t - 180) / (seconds - 180)
+            ev = f"{r + 1:.2f}" if arch == "apex" else ""
+            lines.append(f"{t:.3f},{int(t * 1000)},{int(t)},{r:.2f},{ev},1.0\n")
+            t += 5.0
+        (d / "metrics.csv").write_text("".join(lines))
+        (d / "summary.json").write_text(json.dumps({
+            "env_steps": int(seconds * 1000), "fps": 1000.0, "final_mean_return": 3.0,
+            "eval_mean_return": 4.0 if arch == "apex" else None,
+            "policy_lag": {"versions": {"mean": 1.02, "p50": 1, "p90": 2, "max": 3}}}))
+        return 0, "", ""
+
+    return launch
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(bl, "launch", fake_launch(calls, fail_arch="gorila"))
+    monkeypatch.setattr(bl, "random_policy", lambda game: {"mean_return": 0.5, "std": 0.1,
+                                                           "episodes": 100, "seed": 0})
+    return calls
+
+
+def test_grid_tables_results_figures_and_kept_cells(tmp_path, fakes, capsys):
+    results, docs = tmp_path / "learning.json", tmp_path / "docs" / "results.md"
+    argv = ["--archs", "impala", "apex", "gorila", "--games", "MinAtar/Breakout-v1",
+            "--minutes", "6", "--results", str(results), "--run-root", str(tmp_path / "runs"),
+            "--write-docs", str(docs)]
+    assert bl.main(argv) == 0
+    out = capsys.readouterr().out
+    assert len(fakes) == 4  # three architectures and the single-process reference
+    ref = [c for c in fakes if "0" == c[c.index("--actors") + 1]]
+    assert len(ref) == 1 and ref[0][ref[0].index("run") + 1] == "impala"
+    assert all("configs/minatar/" in c[c.index("--config") + 1] for c in fakes)
+
+    data = json.loads(results.read_text())
+    assert len(data["runs"]) == 4 and data["random"]["MinAtar/Breakout-v1"]["mean_return"] == 0.5
+    run = data["runs"][bl.cell_key("impala (2 actors)", "MinAtar/Breakout-v1", 0, 6)]
+    assert set(run["rows"][0]) == {"time_s", "mean_return_100"}
+    assert run["policy_lag_mean"] == 1.02 and run["env_steps"] == 360000
+    failed = data["runs"][bl.cell_key("gorila (2 actors)", "MinAtar/Breakout-v1", 0, 6)]
+    assert failed["error"] == "error: something broke"
+
+    impala = next(ln for ln in out.splitlines() if ln.startswith("| impala (2 actors) | 0 |"))
+    cells = [c.strip() for c in impala.split("|")[1:-1]]
+    # at 2 and 5 min, blank at 10 (the run is 6 min), best, final, steps, lag, collapse
+    assert cells[2:5] == ["4.00", "4.00", ""]  # 6 at 3 min, 6 - 3 * 2/3 at 5
+    assert cells[5:] == ["6.00", "3.00", "360,000", "1.02", "2.0", "collapsed"]
+    apex = next(ln for ln in out.splitlines() if ln.startswith("| apex (2 actors) | 0 |"))
+    assert "4.00 (eval 5.00)" in apex and "6.00 |" in apex and "3.00 (eval 4.00)" in apex
+    assert "failed: error: something broke" in out
+    assert "| impala (2 actors) | 1/1 | 3.00 | 3.00 | 1.00 | 0.50 |" in out
+    assert (tmp_path / "docs" / "figures" / "learning-breakout.png").stat().st_size > 0
+    page = docs.read_text()
+    assert "bench_learning.py" in page and "CPU cores, torch" in page
+    assert "figures/learning-breakout.png" in page
+
+    fakes.clear()  # a second run keeps every cell
+    assert bl.main(argv) == 0
+    assert fakes == [] and "4 finished cell(s) kept" in capsys.readouterr().err
+    assert bl.main([*argv, "--archs", "impala", "--no-reference", "--rerun"]) == 0
+    assert len(fakes) == 1
+
+
+def test_several_seeds_draw_a_band(tmp_path, fakes):
+    argv = ["--archs", "impala", "--games", "MinAtar/Breakout-v1", "--seeds", "0", "1",
+            "--minutes", "4", "--results", str(tmp_path / "r.json"), "--run-root",
+            str(tmp_path / "runs"), "--write-docs", str(tmp_path / "r.md")]
+    assert bl.main(argv) == 0 and len(fakes) == 4
+    assert (tmp_path / "figures" / "learning-breakout.png").is_file()
+
+
+def test_dry_run_runs_nothing(tmp_path, fakes, capsys):
+    assert bl.main(["--dry-run", "--results", str(tmp_path / "r.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 * (len(bl.ARCHS) + 1) and fakes == []
+    assert not (tmp_path / "r.json").exists()
+    assert all("--total-steps 10000000000 --target-return 1e9 --quiet" in ln for ln in lines)
+
+
+def test_value_at_and_collapse():
+    rows = [{"time_s": 5.0 * i, "mean_return_100": float(i)} for i in range(1, 25)]  # to 120 s
+    assert bl.value_at(rows, 2) == 24.0 and bl.value_at(rows, 1) == 12.0
+    assert bl.value_at(rows, 5) is None
+    assert bl.collapsed(6.0, 4.1, 4.0) and not bl.collapsed(6.0, 4.3, 4.0)
+    assert not bl.collapsed(3.0, 0.0, 4.0)
