@@ -42,10 +42,12 @@ def actor_critic(cfg: VTraceConfig | A2CRunConfig, spec: EnvSpec) -> ActorCritic
 def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
     """The actor-critic learner: V-trace (IMPALA, SEED) or A3C's loss (GA3C's default)."""
     loss_cfg = ImpalaLossConfig(gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
-                                baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef)
+                                baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef,
+                                clip_ratio=cfg.clip_ratio)
     cls = A3CUnrollLearner if loss == "a3c" else VTraceLearner
     return cls(actor_critic(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm,
-               torch.device(cfg.device), cfg.optimizer)
+               torch.device(cfg.device), cfg.optimizer,
+               lr_decay_steps=cfg.total_steps if cfg.lr_decay else None)
 
 
 def a2c_loss_config(cfg: A2CRunConfig) -> A2CConfig:

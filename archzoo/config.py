@@ -240,6 +240,11 @@ class VTraceConfig(RunConfig):
     c_bar: float = opt(1.0, "c̄, trace clip (IMPALA eq. 1)", group="learner")
     baseline_coef: float = opt(0.5, "value-loss weight", group="learner")
     entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
+    lr_decay: bool = opt(False, "decay the learning rate linearly to 0 over --total-steps env "
+                         "steps (IMPALA's schedule)", group="learner")
+    clip_ratio: float = opt(0.0, "ε > 0: PPO's clipped surrogate on the V-trace advantages, "
+                            "with the behaviour policy as the old one (APPO); 0: the IMPALA "
+                            "paper's policy gradient", group="learner")
     max_grad_norm: float = opt(1.0, "gradient-norm clip", group="learner")
     hidden: int = opt(64, "MLP width", group="learner")
 
@@ -251,6 +256,7 @@ class VTraceConfig(RunConfig):
         r.within(self, "gamma", 0.0, 1.0)
         r.positive(self, "rho_bar")
         r.positive(self, "c_bar")
+        r.at_least(self, "clip_ratio", 0)
         r.at_least(self, "hidden", 1)
         r.positive(self, "max_grad_norm")
 
@@ -343,6 +349,8 @@ class Ga3cConfig(InferenceConfig):
         r.need(self.mode != "sync", "--mode sync: GA3C is asynchronous by design (agents, "
                "predictors and trainers run freely); use --mode async, or seed/impala for a "
                "sync mode")
+        r.need(self.clip_ratio == 0 or self.loss == "vtrace", f"--clip-ratio {self.clip_ratio}"
+               ": the clip applies to the V-trace loss; add --loss vtrace")
         super().check(r)
 
 

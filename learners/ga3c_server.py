@@ -126,8 +126,9 @@ class Ga3cServer:
                     break
             with self.train_lock:
                 version = self.learner.version
-                self.learner.update(batch)
+                stats = self.learner.update(batch)
             with self.mon_lock:
+                self.mon.add_learner_stats(stats)
                 for u in batch:
                     self.mon.add_lag(version - int(u["version"]))
                 self.mon.updates = self.learner.version

@@ -59,7 +59,8 @@ class SeedLearner:
         del self.complete[: self.batch_unrolls]
         for u in batch:
             self.mon.add_lag(self.learner.version - int(u["version"]))
-        self.learner.update(batch)  # the next batch is answered by the new parameters
+        # the next batch is answered by the new parameters
+        self.mon.add_learner_stats(self.learner.update(batch))
         self.mon.updates = self.learner.version
         return True
 

@@ -49,6 +49,7 @@ class VTraceTargets:
     pg_advantages: Tensor  # A_s, already multiplied by valid_s
     rhos: Tensor  # rho_s = min(rho_bar, pi/mu) (meaningful on valid steps only)
     log_ratios: Tensor  # log pi(a_s|x_s) - log mu(a_s|x_s), unclipped
+    advantages: Tensor  # r_s + gamma_s v_{s+1} - V(x_s): A_s before its rho_s factor
 
 
 def vtrace_targets(
@@ -120,9 +121,11 @@ def vtrace_targets(
         vs = v_s + diffs
 
         vs_next = torch.cat([vs[1:], values[-1:]], dim=0)  # v_{s+1}, with v_T = V(x_T)
-        pg_advantages = torch.where(valid, rhos * (rewards + bootstrap_disc * vs_next - v_s), 0.0)
+        advantages = torch.where(valid, rewards + bootstrap_disc * vs_next - v_s, 0.0)
+        pg_advantages = rhos * advantages
 
-    return VTraceTargets(vs=vs, pg_advantages=pg_advantages, rhos=rhos, log_ratios=log_ratios)
+    return VTraceTargets(vs=vs, pg_advantages=pg_advantages, rhos=rhos, log_ratios=log_ratios,
+                         advantages=advantages)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class ImpalaLossConfig:
     c_bar: float = 1.0
     baseline_coef: float = 0.5
     entropy_coef: float = 0.01
+    clip_ratio: float = 0.0  # > 0: PPO's clipped surrogate on the V-trace advantages (APPO)
 
 
 def _mean_valid(x: Tensor, valid: Tensor) -> Tensor:
@@ -160,7 +164,11 @@ def impala_loss(
       pg_loss       = -mean_valid(log pi(a_s|x_s) * A_s)
       baseline_loss =  mean_valid(0.5 * (v_s - V(x_s))^2)
       entropy       =  mean_valid(H(pi(.|x_s)))
-    where v_s, A_s come from :func:`vtrace_targets` and carry no gradient.
+    where v_s, A_s come from :func:`vtrace_targets` and carry no gradient. With
+    ``cfg.clip_ratio`` = ε > 0 the policy term is PPO's clipped surrogate instead (APPO):
+      pg_loss = -mean_valid(min(r_s a_s, clip(r_s, 1-ε, 1+ε) a_s)),  r_s = pi/mu,
+    a_s = r_s + γ v_{s+1} - V(x_s) (A_s without its ρ_s): one update cannot move π far from
+    the behaviour policy, whatever the policy lag.
 
     Args:
         logits: [T, B, A] logits of the learner's current policy pi (with grad).
@@ -195,7 +203,14 @@ def impala_loss(
         c_bar=cfg.c_bar,
     )
 
-    pg_loss = -_mean_valid(target_logp * targets.pg_advantages, valid)
+    if cfg.clip_ratio > 0:  # APPO: PPO's clip (Schulman et al. 2017) with mu as the old policy
+        ratio = torch.exp(target_logp - behaviour_logp)  # pi/mu, with grad through pi
+        adv = targets.advantages
+        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - cfg.clip_ratio,
+                                                           1.0 + cfg.clip_ratio) * adv)
+        pg_loss = -_mean_valid(surrogate, valid)
+    else:
+        pg_loss = -_mean_valid(target_logp * targets.pg_advantages, valid)
     baseline_loss = _mean_valid(0.5 * (targets.vs - values[:-1]) ** 2, valid)
     entropy = _mean_valid(-(log_probs.exp() * log_probs).sum(dim=-1), valid)
     loss = pg_loss + cfg.baseline_coef * baseline_loss - cfg.entropy_coef * entropy

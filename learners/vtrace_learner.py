@@ -34,11 +34,16 @@ class VTraceLearner:
     """Owns the model and optimiser; :meth:`update` takes one gradient step on unrolls."""
 
     def __init__(self, model: nn.Module, loss_cfg: ImpalaLossConfig, lr: float,
-                 max_grad_norm: float, device: torch.device, optimizer: str = "adam") -> None:
+                 max_grad_norm: float, device: torch.device, optimizer: str = "adam",
+                 lr_decay_steps: int | None = None) -> None:
+        """``lr_decay_steps``: decay the learning rate linearly to 0 over that many env steps
+        trained on (IMPALA, Espeholt et al. 2018, Appendix G); None keeps it constant."""
         self.model = model.to(device)
         self.device = device
         self.loss_cfg = loss_cfg
         self.max_grad_norm = max_grad_norm
+        self.lr, self.lr_decay_steps = lr, lr_decay_steps
+        self.steps_trained = 0  # valid env steps in the batches so far
         if optimizer == "adam":
             self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5)
         elif optimizer == "rmsprop":  # IMPALA's choice (Espeholt et al. 2018, Table G.1)
@@ -59,13 +64,14 @@ class VTraceLearner:
         """Model, optimiser and version: what a checkpoint keeps of the learner."""
         with self.step_lock:
             return {"model": cpu_state_dict(self.model), "optimizer": cpu_optimizer_state(self.opt),
-                    "version": self.version}
+                    "version": self.version, "steps_trained": self.steps_trained}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self.step_lock:
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.version = int(state["version"])
+            self.steps_trained = int(state.get("steps_trained", 0))
 
     def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
@@ -96,6 +102,10 @@ class VTraceLearner:
         with self.step_lock:
             self.opt.step()
             self.version += 1
+        self.steps_trained += int(b["valid"].sum())
+        if self.lr_decay_steps:  # the next update's learning rate
+            for g in self.opt.param_groups:
+                g["lr"] = self.lr * max(0.0, 1.0 - self.steps_trained / self.lr_decay_steps)
         self.update_s += time.perf_counter() - t0
         return stats
 

@@ -419,3 +419,42 @@ def test_impala_loss_all_masked_is_zero_and_finite() -> None:
     assert loss.item() == 0.0
     assert all(math.isfinite(v) for v in stats.values())
     assert torch.all(logits.grad == 0) and torch.all(values.grad == 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clipped_surrogate_against_a_numpy_reference(seed: int) -> None:
+    """--clip-ratio ε (APPO): pg_loss = -mean_valid(min(r a, clip(r, 1-ε, 1+ε) a)) with
+    r = π/μ and a the V-trace advantage before its ρ factor; its gradient flows through r
+    where the unclipped term is the smaller, and not at all where the clip binds."""
+    T, B, A, eps = 9, 4, 3, 0.2
+    d = random_unroll(T, B, A, seed=seed + 300)
+    cfg = ImpalaLossConfig(gamma=0.9, rho_bar=1.0, c_bar=1.0, baseline_coef=0.5,
+                           entropy_coef=0.0, clip_ratio=eps)
+    logits = d["logits"].clone().requires_grad_()
+    _, stats = impala_loss(logits=logits, values=d["values"], actions=d["actions"],
+                           behaviour_logits=d["behaviour_logits"], rewards=d["rewards"],
+                           terminated=d["terminated"], truncated=d["truncated"],
+                           valid=d["valid"], cfg=cfg)
+    pg = -torch.tensor(stats["pg_loss"])  # the surrogate's mean, recomputed below
+    _, _, ref_adv = run_both(d, cfg.gamma, cfg.rho_bar, cfg.c_bar)
+    valid = d["valid"].numpy()
+    n = max(1, int(valid.sum()))
+    lg = d["logits"].double().numpy()
+    logp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+    onehot = np.eye(A)[d["actions"].numpy()]
+    logp_a = (logp * onehot).sum(-1)
+    r = np.exp(logp_a - action_logp(d["behaviour_logits"], d["actions"]).double().numpy())
+    a = ref_adv / np.minimum(cfg.rho_bar, r)  # the advantage without its ρ factor
+    unclipped, clipped = r * a, np.clip(r, 1 - eps, 1 + eps) * a
+    assert float(pg) == pytest.approx(np.minimum(unclipped, clipped)[valid].sum() / n,
+                                      rel=1e-4, abs=1e-6)
+    # gradient: d(-r a)/dlogits = -a r (onehot - p) where the unclipped term is the min
+    impala_loss(logits=logits, values=d["values"], actions=d["actions"],
+                behaviour_logits=d["behaviour_logits"], rewards=d["rewards"],
+                terminated=d["terminated"], truncated=d["truncated"], valid=d["valid"],
+                cfg=cfg)[0].backward()
+    active = valid & (unclipped <= clipped)
+    assert active.any() and (valid & ~active).any()  # both cases occur
+    p = np.exp(logp)
+    want = np.where(active[..., None], -(a * r)[..., None] * (onehot - p) / n, 0.0)
+    np.testing.assert_allclose(logits.grad.numpy(), want, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,77 @@
+"""The V-trace learner's optimiser as the IMPALA paper uses it: RMSProp on the loss summed
+over the batch's valid steps (its eps 0.01 assumes that scale), and linear learning-rate
+decay over the env-step budget."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from archzoo.nets import ActorCritic
+from learners.vtrace import ImpalaLossConfig, impala_loss
+from learners.vtrace_learner import VTraceLearner
+
+T, E, OBS, A = 6, 4, 3, 2
+
+
+def unroll(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    valid = np.ones((T, E), bool)
+    valid[2, 1] = valid[0, 3] = False  # autoreset steps
+    terminated = np.zeros((T, E), bool)
+    terminated[1, 1] = True
+    return {"obs": rng.normal(size=(T + 1, E, OBS)).astype(np.float32),
+            "actions": rng.integers(0, A, (T, E)),
+            "behaviour_logits": rng.normal(size=(T, E, A)).astype(np.float32),
+            "rewards": rng.normal(size=(T, E)).astype(np.float32),
+            "terminated": terminated, "truncated": np.zeros((T, E), bool), "valid": valid}
+
+
+def mean_loss_grads(model: torch.nn.Module, u: dict[str, np.ndarray]) -> list[torch.Tensor]:
+    """Gradients of the per-step mean IMPALA loss, computed here from the model."""
+    obs = torch.as_tensor(u["obs"])
+    logits, values = model(obs.reshape((T + 1) * E, OBS))
+    loss, _ = impala_loss(logits=logits.reshape(T + 1, E, A)[:-1],
+                          values=values.reshape(T + 1, E),
+                          actions=torch.as_tensor(u["actions"]),
+                          behaviour_logits=torch.as_tensor(u["behaviour_logits"]),
+                          rewards=torch.as_tensor(u["rewards"]),
+                          terminated=torch.as_tensor(u["terminated"]),
+                          truncated=torch.as_tensor(u["truncated"]),
+                          valid=torch.as_tensor(u["valid"]), cfg=ImpalaLossConfig())
+    model.zero_grad()
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_rmsprop_steps_on_the_loss_summed_over_valid_steps() -> None:
+    torch.manual_seed(0)
+    model = ActorCritic((OBS,), A, 8)
+    want = mean_loss_grads(copy.deepcopy(model), u := unroll(1))
+    n_valid = int(u["valid"].sum())
+    learner = VTraceLearner(model, ImpalaLossConfig(), 6e-4, 1e9, torch.device("cpu"),
+                            optimizer="rmsprop")
+    learner.update([u])
+    for p, g in zip(learner.model.parameters(), want, strict=True):
+        torch.testing.assert_close(p.grad, g * n_valid, rtol=1e-4, atol=1e-6)
+    adam = VTraceLearner(copy.deepcopy(model), ImpalaLossConfig(), 6e-4, 1e9,
+                         torch.device("cpu"))
+    assert not adam.sum_loss  # Adam is scale-free: the per-step mean stays
+
+
+def test_linear_learning_rate_decay_over_the_step_budget() -> None:
+    torch.manual_seed(0)
+    u = unroll(2)
+    n_valid = int(u["valid"].sum())
+    budget = 3 * n_valid
+    learner = VTraceLearner(ActorCritic((OBS,), A, 8), ImpalaLossConfig(), 1e-3, 1.0,
+                            torch.device("cpu"), lr_decay_steps=budget)
+    seen = [learner.update([u])["lr"] for _ in range(4)]
+    assert seen == pytest.approx([1e-3, 1e-3 * 2 / 3, 1e-3 / 3, 0.0])
+    assert learner.state_dict()["steps_trained"] == 4 * n_valid
+    constant = VTraceLearner(ActorCritic((OBS,), A, 8), ImpalaLossConfig(), 1e-3, 1.0,
+                             torch.device("cpu"))
+    assert [constant.update([u])["lr"] for _ in range(3)] == [1e-3] * 3
