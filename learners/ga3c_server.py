@@ -42,6 +42,7 @@ class Ga3cServer:
         self.num_agents = num_agents
         self.max_wait_s = cfg.max_wait_us * 1e-6
         self.batch_unrolls = cfg.batch_unrolls or num_agents
+        self.published_at = {learner.version: time.time()}  # version -> when it first acted
         # (agent, seq, obs, time seen) -> predictors -> (agent, seq, a, logits, v, version,
         # batch id, batch size, time seen) -> communication thread
         self.prediction_q: queue.Queue = queue.Queue(cfg.prediction_queue)
@@ -127,10 +128,15 @@ class Ga3cServer:
             with self.train_lock:
                 version = self.learner.version
                 stats = self.learner.update(batch)
+                self.published_at[self.learner.version] = time.time()
+                self.published_at.pop(self.learner.version - 10_000, None)
+            now = time.time()
             with self.mon_lock:
                 self.mon.add_learner_stats(stats)
-                for u in batch:
-                    self.mon.add_lag(version - int(u["version"]))
+                for u in batch:  # lag in versions, and the behaviour version's age
+                    v = int(u["version"])
+                    self.mon.add_lag(version - v, now - self.published_at[v]
+                                     if v in self.published_at else None)
                 self.mon.updates = self.learner.version
 
     def sample_queues(self) -> None:

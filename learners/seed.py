@@ -12,6 +12,7 @@ progress, those complete but not yet trained on, and every actor's actions
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ class SeedLearner:
         self.builders = {a: UnrollBuilder(unroll_schema, unroll_length) for a in actors}
         self.complete: list[Message] = []
         self.batch_unrolls = batch_unrolls or len(actors)
+        self.published_at = {learner.version: time.time()}  # version -> when it answered first
 
     def on_answer(self, actor: int, req: Message, rep: Message) -> None:
         """Account one answered request and grow that actor's unroll."""
@@ -57,10 +59,15 @@ class SeedLearner:
             return False
         batch = self.complete[: self.batch_unrolls]
         del self.complete[: self.batch_unrolls]
-        for u in batch:
-            self.mon.add_lag(self.learner.version - int(u["version"]))
+        now = time.time()
+        for u in batch:  # in versions, and the behaviour version's age in seconds
+            v = int(u["version"])
+            self.mon.add_lag(self.learner.version - v,
+                             now - self.published_at[v] if v in self.published_at else None)
         # the next batch is answered by the new parameters
         self.mon.add_learner_stats(self.learner.update(batch))
+        self.published_at[self.learner.version] = time.time()
+        self.published_at.pop(self.learner.version - 10_000, None)
         self.mon.updates = self.learner.version
         return True
 
