@@ -354,7 +354,7 @@ def test_pixel_smoke_mpiexec(tmp_path: Path, arch: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch,budget", [("impala", 1_500_000), ("apex", 400_000)])
+@pytest.mark.parametrize("arch,budget", [("apex", 400_000)])  # IMPALA: test_learning_guard
 def test_minatar_breakout_reaches_3(tmp_path: Path, arch: str, budget: int) -> None:
     """A random policy averages about 0.4 on MinAtar Breakout; each architecture must reach
     a mean return of 3 (Ape-X: its greedy evaluation) within the step budget, with either of
