@@ -47,9 +47,10 @@ def config_argv(cfg: RunConfig, names: Iterable[str]) -> list[str]:
 
 
 def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
-    """The architecture's config from keyword flags (and a ``config=`` file beneath them)."""
+    """The architecture's config from keyword flags (and a ``config=`` file or bundled
+    preset, ``config="minatar"``, beneath them)."""
     from archzoo.architectures import get
-    from archzoo.cli import _load_config_file
+    from archzoo.cli import _load_config_file, did_you_mean
 
     try:
         cls = get(arch).config
@@ -58,7 +59,8 @@ def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
     names = {f.name for f in flag_fields(cls)}
     unknown = sorted(set(flags) - names)
     if unknown:
-        raise UsageError(f"{arch} has no option {unknown[0]!r} (the options are the flags of "
+        raise UsageError(f"{arch} has no option {unknown[0]!r}"
+                         f"{did_you_mean(unknown[0], sorted(names))} (the options are the flags of "
                          f"'archzoo run {arch} --help', with _ for -)")
     flags = dict(flags)
     if isinstance(flags.get("env_kwargs"), dict):
@@ -70,7 +72,7 @@ def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
 
         arch, values = resumed_values(str(flags["resume"]), arch, flags, cls)
         return cls(arch=arch, **values)
-    values = _load_config_file(flags["config"], cls) if flags.get("config") else {}
+    values = _load_config_file(flags["config"], cls, arch) if flags.get("config") else {}
     values.update(flags)
     return cls(arch=arch, **values)
 

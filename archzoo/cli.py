@@ -83,10 +83,13 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
         raise UsageError(e.args[0]) from None
 
     p = _Parser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
+    p.add_argument("--version", action="version", version=f"archzoo {version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     ls = sub.add_parser("list", help="the architectures: roles, modes, topologies")
     ls.add_argument("--matrix", action="store_true", help="architecture x topology x mode: "
                     "runs, or why not")
+    ls.add_argument("--configs", action="store_true", help="the bundled presets for --config "
+                    "NAME: the env each sets and the architectures it has")
     sub.add_parser("study", help="sweep topologies/actors/backends/modes (archzoo study -h)",
                    add_help=False)
     sub.add_parser("bench", help="archzoo bench comm: collectives per topology (-h)",
@@ -106,33 +109,88 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def version() -> str:
+    """The installed package's version (the source's when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("archzoo")
+    except PackageNotFoundError:
+        from archzoo import __version__
+
+        return __version__
+
+
 def _arch_from_argv(argv: list[str]) -> str | None:
     if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):
         return argv[1]
     return None
 
 
-def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
-    """Flag values from a JSON or TOML file, keyed by field name, checked against ``cls``."""
-    f = Path(path)
-    if not f.is_file():
-        raise UsageError(f"--config: no such file {path!r}")
+CONFIG_FORMATS = {".toml": "TOML", ".json": "JSON"}
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``word``, or '' when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _config_text(value: str, arch: str | None) -> tuple[str, str, str]:
+    """(what to call it in messages, its text, 'toml' or 'json') for ``--config VALUE``: a
+    TOML or JSON file, or the name of a bundled preset (archzoo/presets/NAME/ARCH.toml)."""
+    from archzoo import presets
+
+    f = Path(value)
+    formats = " or ".join(f"{kind} ({suffix})" for suffix, kind in CONFIG_FORMATS.items())
+    if f.suffix and f.suffix.lower() not in CONFIG_FORMATS:
+        raise UsageError(f"--config {value}: {f.suffix} files are not supported: use a "
+                         f"{formats} file, or a bundled preset "
+                         f"({', '.join(presets.names())}; archzoo list --configs)")
+    if f.is_file():
+        return value, f.read_text(), "toml" if f.suffix.lower() == ".toml" else "json"
+    if not presets.is_preset_name(value):
+        raise UsageError(f"--config: no such file {value!r}")
+    bundled = presets.names()
+    if value not in bundled:
+        raise UsageError(f"--config {value}: no such file or bundled preset; the bundled "
+                         f"presets are {', '.join(bundled)} (archzoo list --configs)")
+    if arch is None or presets.find(value, arch) is None:
+        raise UsageError(f"--config {value}: the bundled preset has no file for "
+                         f"{arch or 'this architecture'}; it has "
+                         f"{', '.join(presets.archs(value))}")
+    return f"{value} (archzoo/presets/{value}/{arch}.toml)", presets.read(value, arch), "toml"
+
+
+def _load_config_file(path: str, cls: type[RunConfig], arch: str | None = None
+                      ) -> dict[str, Any]:
+    """Flag values from a JSON or TOML file, or from ``arch``'s bundled preset when ``path``
+    names one (``minatar``), keyed by field name, checked against ``cls``."""
+    name, text, fmt = _config_text(path, arch)
     try:
-        if f.suffix == ".toml":
+        if fmt == "toml":
             import tomllib
 
-            data = tomllib.loads(f.read_text())
+            data = tomllib.loads(text)
         else:
-            data = json.loads(f.read_text())
+            data = json.loads(text)
     except Exception as e:  # noqa: BLE001 - any parse error is bad input
-        raise UsageError(f"--config {path}: cannot parse: {e}") from None
+        raise UsageError(f"--config {name}: cannot parse as {fmt.upper()}: {e}") from None
     if not isinstance(data, dict):
-        raise UsageError(f"--config {path}: expected a table/object of flag values")
+        raise UsageError(f"--config {name}: expected a table/object of flag values")
     values = {k.replace("-", "_"): v for k, v in data.items()}
     fields = {fl.name: fl for fl in flag_fields(cls)}
-    unknown = sorted(set(values) - set(fields))
+    unknown = [k for k in data if k.replace("-", "_") not in fields]
     if unknown:
-        raise UsageError(f"--config {path}: unknown keys {', '.join(unknown)}")
+        said = []
+        for k in unknown:
+            spelt = [n.replace("_", "-") for n in fields] if "-" in k else list(fields)
+            said.append(f"{k!r}{did_you_mean(k, spelt)}")
+        raise UsageError(f"--config {name}: unknown key{'s' if len(said) > 1 else ''} "
+                         f"{', '.join(said)}")
     for k, v in values.items():
         kind = _field_type(fields[k])
         if fields[k].metadata.get("repeat") and isinstance(v, list) and \
@@ -143,7 +201,7 @@ def _load_config_file(path: str, cls: type[RunConfig]) -> dict[str, Any]:
                            if kind == "float" else isinstance(v, _TYPES[kind])
                            and not isinstance(v, bool))
         if not ok:
-            raise UsageError(f"--config {path}: {k} = {v!r} is not a {kind}")
+            raise UsageError(f"--config {name}: {k} = {v!r} is not a {kind}")
         if kind == "float" and v is not None:
             values[k] = float(v)
     return values
@@ -267,7 +325,8 @@ def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
         arch, values = resumed_values(resume, args.arch, {k: getattr(args, k) for k in given},
                                       cls)
         return cls(arch=arch, **values), given | {"run_dir", "resume"}
-    values = _load_config_file(args.config, cls) if getattr(args, "config", None) else {}
+    values = _load_config_file(args.config, cls, args.arch) \
+        if getattr(args, "config", None) else {}
     values.update({k: getattr(args, k) for k in given})
     return cls(arch=args.arch, **values), given
 
@@ -431,8 +490,22 @@ def cmd_list() -> int:
     return 0
 
 
+def cmd_list_configs() -> int:
+    """``archzoo list --configs``: the bundled presets that ``--config NAME`` takes."""
+    from archzoo import presets
+
+    for line in presets.describe():
+        print(line)
+    print("use: archzoo run ARCH --config NAME (flags on the command line override the "
+          "preset's values)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"archzoo {version()}")
+        return 0
     from archzoo.comm.factory import detect_launch
 
     try:
@@ -457,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["run"]:
             return cmd_run(argv)
         args = parse(argv)
+        if args.command == "list" and args.configs:
+            return cmd_list_configs()
         if args.command == "list" and args.matrix:
             from archzoo import matrix
 

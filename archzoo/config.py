@@ -103,7 +103,9 @@ class RunConfig:
     seed: int = opt(0, "seed of models, envs and sampling", group="run")
     run_dir: str | None = opt(None, "default runs/ARCH-ENV-BACKEND-TIME", group="run")
     device: str = opt("auto", "learner device", choices=("auto", "cpu", "cuda"), group="run")
-    config: str | None = opt(None, "JSON or TOML file of flag values", group="run")
+    config: str | None = opt(None, "TOML or JSON file of flag values, or the name of a "
+                             "bundled preset: minatar, atari (archzoo list --configs)",
+                             group="run")
     comm_timeout: float = opt(60.0, "deadline (s) of every wait on a peer", group="run")
     startup_timeout: float = opt(120.0, "deadline (s) for all ranks to join", group="run")
     log_interval: float = opt(2.0, "seconds between metrics rows", group="run")

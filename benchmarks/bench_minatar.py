@@ -1,8 +1,8 @@
 """Learning on MinAtar Breakout within a wall-clock budget: IMPALA, SEED, Ape-X and the
 single-process baseline, median over seeds, and their learning curves in one figure.
 
-For each setup and seed: ``archzoo run ARCH --config configs/minatar/ARCH.toml --time-limit
-T`` (no step budget: the wall clock ends the run);
+For each setup and seed: ``archzoo run ARCH --config minatar --time-limit T`` (the bundled
+preset, archzoo/presets/minatar/ARCH.toml; no step budget: the wall clock ends the run);
 reports the mean return of the last 100 episodes at the end and the time (from the first
 env step) at which it first reached ``--threshold``. A random policy averages about 0.4.
 
@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 ENV = "MinAtar/Breakout-v1"
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "minatar"
-SETUPS = {  # each architecture with its documented MinAtar flags (configs/minatar/ARCH.toml)
+PRESET = "minatar"  # the bundled preset of every setup: archzoo/presets/minatar/ARCH.toml
+SETUPS = {  # each architecture with its documented MinAtar flags (--config minatar)
     "IMPALA, 2 actors": ["impala", "--actors", "2"],
     "SEED RL, 2 actors, MPI": ["seed", "--actors", "2", "--backend", "mpi"],
     "Ape-X, 2 actors": ["apex", "--actors", "2"],
@@ -31,8 +31,8 @@ SETUPS = {  # each architecture with its documented MinAtar flags (configs/minat
 
 
 def run(setup: list[str], seed: int, seconds: float, d: Path) -> tuple[dict, list[dict]]:
-    cmd = [sys.executable, "-m", "archzoo", "run", setup[0], "--config",
-           str(CONFIGS / f"{setup[0]}.toml"), "--env", ENV, *setup[1:], "--seed", str(seed),
+    cmd = [sys.executable, "-m", "archzoo", "run", setup[0], "--config", PRESET, "--env", ENV,
+           *setup[1:], "--seed", str(seed),
            "--time-limit", str(seconds), "--total-steps", str(10**10), "--target-return", "1e9",
            "--quiet", "--log-interval", "5", "--run-dir", str(d)]
     r = subprocess.run(cmd, capture_output=True, text=True)

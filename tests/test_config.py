@@ -108,12 +108,12 @@ def test_flags_page_is_generated_from_the_configs() -> None:
     assert page.read_text() == want, "regenerate: python -m archzoo.config > docs/flags.md"
 
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*/*.toml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "archzoo" / "presets").glob("*/*.toml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[f"{p.parent.name}/{p.stem}" for p in CONFIGS])
 def test_shipped_configs_parse_and_validate(path: Path) -> None:
-    """configs/ENV/ARCH.toml is a valid flag set for ARCH (its keys are ARCH's flags)."""
+    """archzoo/presets/ENV/ARCH.toml is a valid flag set for ARCH (its keys are ARCH's flags)."""
     cfg, given = parse_run(["run", path.stem, "--config", str(path), "--run-dir", "/tmp/x"])
     _, _, resolved, _ = validate_run(cfg, given)
     assert resolved.env.startswith({"minatar": "MinAtar/", "atari": "ALE/"}[path.parent.name])

@@ -355,7 +355,7 @@ def example_architectures() -> list[str]:
 @cache
 def parsers() -> dict[str, Flags]:
     """Flags per command: "run ARCH" (the built-in architectures and the examples'), "run"
-    (any architecture), "eval", "study", "bench comm", "plot", "benchmarks/NAME.py", and
+    (any architecture), "eval", "list", "study", "bench comm", "plot", "benchmarks/NAME.py", and
     "any" (all of them)."""
     from archzoo import benchcomm, plot, simhosts, study
     from archzoo.architectures import ARCHITECTURES
@@ -367,6 +367,7 @@ def parsers() -> dict[str, Flags]:
                    if isinstance(a, argparse._SubParsersAction))
         out[f"run {arch}"] = _parser_flags(sub.choices["run"])
         out["eval"] = _parser_flags(sub.choices["eval"])
+        out["list"] = _parser_flags(sub.choices["list"])
     out["run"] = _merge(*(v for k, v in out.items() if k.startswith("run ")))
     out["study"] = _parser_flags(study.build_parser())
     out["bench comm"] = _parser_flags(benchcomm.build_parser())
@@ -460,6 +461,8 @@ def _check_archzoo(args: list[str], p: dict[str, Flags]) -> list[str]:
         return _check_flags(" ".join(args[2:]), p["bench comm"], "archzoo bench comm")
     if sub == "eval":
         return _check_flags(" ".join(args[1:]), p["eval"], "archzoo eval")
+    if sub == "list":
+        return _check_flags(" ".join(args[1:]), p["list"], "archzoo list")
     if sub == "plot":
         return _check_flags(" ".join(args[1:]), p["plot"], "archzoo plot")
     return _check_flags(" ".join(args), p["any"], "archzoo")

@@ -1,0 +1,94 @@
+"""Bundled presets (``--config minatar``) and the one-line errors of ``--config`` and the
+Python API's keywords: from any directory, with the names listed when one is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from runs import cli
+
+import archzoo
+from archzoo import presets
+from archzoo.architectures import ARCHITECTURES
+from archzoo.cli import main, parse_run, validate_run
+from archzoo.errors import UsageError
+
+
+def test_the_presets_ship_for_every_architecture() -> None:
+    assert presets.names() == ["atari", "minatar"]
+    for name in presets.names():
+        assert presets.archs(name) == sorted(ARCHITECTURES)
+    assert presets.envs("minatar") == ["MinAtar/Breakout-v1"]
+    assert presets.envs("atari") == ["ALE/Pong-v5"]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_a_preset_name_resolves_outside_the_repository(arch: str, tmp_path: Path,
+                                                       monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no configs/ or archzoo/presets/ here
+    cfg, given = parse_run(["run", arch, "--config", "minatar", "--run-dir", "r"])
+    assert cfg.env == "MinAtar/Breakout-v1" and cfg.config == "minatar"
+    assert validate_run(cfg, given)[2].env == "MinAtar/Breakout-v1"
+    flags = ["run", arch, "--config", "minatar", "--env", "MinAtar/Asterix-v1"]
+    assert parse_run(flags)[0].env == "MinAtar/Asterix-v1"  # a flag overrides the preset
+
+
+def test_a_path_still_works_and_a_name_does_not_shadow_a_file(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.toml").write_text('env = "MinAtar/Freeway-v1"\n')
+    assert parse_run(["run", "impala", "--config", "mine.toml"])[0].env == "MinAtar/Freeway-v1"
+    (tmp_path / "minatar").write_text('{"env": "MinAtar/Seaquest-v1"}')  # a file by that name
+    assert parse_run(["run", "impala", "--config", "minatar"])[0].env == "MinAtar/Seaquest-v1"
+
+
+def test_an_unknown_name_lists_the_bundled_presets(capsys) -> None:
+    assert main(["run", "apex", "--config", "moon"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--config moon" in err and "atari, minatar" in err, err
+    with pytest.raises(UsageError, match="atari, minatar"):
+        archzoo.run("apex", config="moon")
+
+
+def test_an_unsupported_extension_names_the_formats(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "x.yaml"
+    f.write_text("env: CartPole-v1\n")
+    assert main(["run", "impala", "--config", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "TOML (.toml) or JSON (.json)" in err and "Expecting value" not in err, err
+
+
+def test_a_misspelt_key_or_keyword_gets_a_suggestion(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("lerning-starts = 100\n")
+    with pytest.raises(UsageError, match=r"'lerning-starts' \(did you mean 'learning-starts'"):
+        parse_run(["run", "apex", "--config", str(f)])
+    f = tmp_path / "c.json"
+    f.write_text('{"unroll_lenght": 5}')
+    with pytest.raises(UsageError, match=r"'unroll_lenght' \(did you mean 'unroll_length'"):
+        parse_run(["run", "impala", "--config", str(f)])
+    with pytest.raises(UsageError, match=r"'lerning_starts' \(did you mean 'learning_starts'"):
+        archzoo.run("apex", lerning_starts=100)
+
+
+def test_list_configs_and_version(capsys) -> None:
+    assert main(["list", "--configs"]) == 0
+    out = capsys.readouterr().out
+    minatar = next(ln for ln in out.splitlines() if ln.startswith("minatar"))
+    assert "MinAtar/Breakout-v1" in minatar and "impala" in minatar and "apex" in minatar
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"archzoo {archzoo.__version__}"
+
+
+def test_a_run_from_outside_the_repository_applies_the_preset(tmp_path: Path) -> None:
+    """A tiny run of the installed command in an empty directory: config.json holds the
+    preset's env and model."""
+    r = cli("run", "impala", "--config", "minatar", "--actors", "0", "--time-limit", "3",
+            "--envs-per-actor", "2", "--quiet", "--run-dir", "r", cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["env"] == "MinAtar/Breakout-v1" and cfg["model"] == "impala-cnn"
+    assert cfg["config"] == "minatar"
