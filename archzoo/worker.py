@@ -83,9 +83,8 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     args = args.for_rank(launch.rank)  # --straggler: this rank's envs step slower
     if args.device == "auto":
         args = args.replace(device="cuda" if torch.cuda.is_available() else "cpu")
-        if launch.rank == 0 and not args.quiet:
-            found = "using CUDA" if args.device == "cuda" else "no CUDA device, using the CPU"
-            print(f"archzoo: --device auto: {found}", flush=True)
+        if launch.rank == 0 and not args.quiet and args.device == "cuda":
+            print("archzoo: --device auto: using CUDA", flush=True)  # the CPU goes unsaid
     transport = None
     code, reason, error = 0, "", True
     handlers = _catch_stop_signals()
