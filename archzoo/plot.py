@@ -4,7 +4,9 @@ Each run directory's metrics.csv gives a curve (``--x time|steps`` against ``--y
 return|fps|lag``). Runs whose config.json differ only in the seed form one group, drawn as
 the median over its runs with a min–max band; the runs of a group are interpolated on a
 common grid up to the shortest run's last point, so every point of the band stands on all
-of them. Labels name the architecture and the flags that differ between the groups.
+of them. Labels name the architecture and the flags that differ between the groups (a flag
+a group leaves unset, None, is not named). A curve needs two metrics rows with a value: a
+run with one is left out, with a line on stderr.
 
     archzoo plot runs/impala-s0 runs/impala-s1 runs/seed-s0 --x steps --out curves.png
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +70,7 @@ def group_runs(run_dirs: list[Path]) -> list[Group]:
     differ = sorted(k for k in {k for g in out for k in g.config}
                     if k != "arch" and len({json.dumps(g.config.get(k)) for g in out}) > 1)
     for g in out:
-        parts = [f"{k}={g.config.get(k)}" for k in differ]
+        parts = [f"{k}={g.config[k]}" for k in differ if g.config.get(k) is not None]
         g.label = ", ".join([str(g.config.get("arch", "?")), *parts])
         if len(g.runs) > 1:
             g.label += f" ({len(g.runs)} seeds)"
@@ -77,8 +80,9 @@ def group_runs(run_dirs: list[Path]) -> list[Group]:
 def band(curves: list[tuple[np.ndarray, np.ndarray]],
          points: int = GRID_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(grid, median, min, max) of the curves, linearly interpolated on a common grid from
-    the latest first point to the earliest last point of the runs."""
-    curves = [(x, y) for x, y in curves if len(x)]
+    the latest first point to the earliest last point of the runs; a curve of fewer than two
+    points is left out (empty arrays when none is left)."""
+    curves = [(x, y) for x, y in curves if len(x) >= 2]
     if not curves:
         return (np.empty(0),) * 4
     lo_x = max(float(x[0]) for x, _ in curves)
@@ -98,18 +102,26 @@ def plot(run_dirs: list[Path], x: str, y: str, out: Path, title: str | None = No
 
     groups = group_runs(run_dirs)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    drawn = 0
+    drawn, short = 0, []
     for i, g in enumerate(groups):
-        grid, med, lo, hi = band([load_curve(d, x, y) for d in g.runs])
+        curves = [load_curve(d, x, y) for d in g.runs]
+        short += [d for d, (xs, _) in zip(g.runs, curves, strict=True) if len(xs) == 1]
+        grid, med, lo, hi = band(curves)
         if not len(grid):
             continue
         drawn += 1
         ax.plot(grid, med, color=f"C{i % 10}", label=g.label)
         if len(g.runs) > 1:
             ax.fill_between(grid, lo, hi, color=f"C{i % 10}", alpha=0.2, linewidth=0)
+    one_row = f"one metrics row with {Y[y][0]} (a curve needs two rows: a longer run, or a " \
+        "shorter --log-interval)"
     if not drawn:
         plt.close(fig)
+        if short:
+            raise UsageError(f"{', '.join(map(str, short))}: {one_row}")
         raise UsageError(f"--y {y}: none of the runs logged {Y[y][0]}")
+    for d in short:
+        print(f"archzoo plot: {d}: left out, {one_row}", file=sys.stderr)
     ax.set_xlabel(X[x][1])
     ax.set_ylabel(Y[y][1])
     ax.set_title(title or ", ".join(sorted({str(g.config.get("env")) for g in groups})))

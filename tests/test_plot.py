@@ -80,3 +80,38 @@ def test_plot_of_a_real_run_and_the_command_line(real_run: Path, tmp_path: Path)
         r = cli("plot", *argv, "--out", str(tmp_path / "x.png"))
         err = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(err) == 1 and needle in err[0], err
+
+
+def _made_run(d: Path, rows: list[tuple[float, float]], **config) -> Path:
+    """A run directory of config.json and a metrics.csv of ``rows`` (time, return)."""
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"arch": "seed", "env": "CartPole-v1",
+                                               "seed": 0, **config}))
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        w.writeheader()
+        for x, y in rows:
+            w.writerow({"time_s": x, "env_steps": int(100 * x), "mean_return_100": y})
+    return d
+
+
+def test_a_run_of_one_metrics_row_is_named_not_drawn_empty(tmp_path: Path, capsys) -> None:
+    from archzoo.cli import main
+
+    one = _made_run(tmp_path / "one", [(1.0, 5.0)])
+    assert main(["plot", str(one), "--out", str(tmp_path / "a.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one metrics row" in err[0] and "needs two" in err[0], err
+    assert not (tmp_path / "a.png").exists()
+
+    two = _made_run(tmp_path / "two", [(1.0, 5.0), (2.0, 6.0)], lr=0.5)
+    assert main(["plot", str(one), str(two), "--out", str(tmp_path / "b.png")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(one) in err[0] and "left out" in err[0], err
+    assert (tmp_path / "b.png").is_file()
+
+
+def test_legends_leave_out_unset_settings(tmp_path: Path) -> None:
+    a = _made_run(tmp_path / "a", [(1, 1), (2, 2)], arch="impala", max_batch=None)
+    b = _made_run(tmp_path / "b", [(1, 1), (2, 2)], arch="seed", max_batch=64)
+    assert [g.label for g in group_runs([a, b])] == ["impala", "seed, max_batch=64"]
