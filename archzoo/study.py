@@ -14,6 +14,11 @@ on two machines (archzoo.multinode). ``--straggler none,1:4`` adds points where 
 step 4x slower (Synthetic-v0's step cost), ``--params 1000000`` points with a model of about
 that many parameters (the MLP width closest to it); docs/topologies.md has studies made this
 way.
+
+Every grid value is checked before anything runs or is written (an unknown topology, mode,
+backend or link is one line naming it and the allowed values, exit code 2); a point whose
+values are each fine but do not go together (``--topology native`` in async IMPALA) runs,
+fails, and is recorded with its exit code.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+from archzoo.config import MODES, TOPOLOGIES
+
+BACKENDS = ("gloo", "mpi")
 COLUMNS = ("arch", "topology", "actors", "backend", "link", "mode", "seed", "straggler",
            "params",
            "hidden", "exit_code", "solved",
@@ -48,13 +56,21 @@ def _csv_list(kind):
 
 
 def build_parser(parser_class=argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p = parser_class(prog="archzoo study", description=__doc__.splitlines()[0])
-    p.add_argument("--arch", required=True)
-    p.add_argument("--topology", type=_csv_list(str), default=["star"])
-    p.add_argument("--actors", type=_csv_list(int), default=[2])
-    p.add_argument("--backend", type=_csv_list(str), default=["gloo"])
-    p.add_argument("--mode", type=_csv_list(str), default=["async"])
-    p.add_argument("--seeds", type=_csv_list(int), default=[0])
+    p = parser_class(prog="archzoo study", description=__doc__.splitlines()[0],
+                     epilog="Flags after -- go to every run (archzoo run ARCH --help).")
+    p.add_argument("--arch", required=True, help="the architecture of every run (archzoo "
+                   "list), or package.module:NAME")
+    p.add_argument("--topology", type=_csv_list(str), default=["star"],
+                   help=f"topologies, comma-separated ({', '.join(TOPOLOGIES)}; default: star)")
+    p.add_argument("--actors", type=_csv_list(int), default=[2],
+                   help="actor counts, comma-separated (0: one process; default: 2)")
+    p.add_argument("--backend", type=_csv_list(str), default=["gloo"],
+                   help=f"transport engines, comma-separated ({', '.join(BACKENDS)}; default: "
+                   "gloo)")
+    p.add_argument("--mode", type=_csv_list(str), default=["async"],
+                   help=f"modes, comma-separated ({', '.join(MODES)}; default: async)")
+    p.add_argument("--seeds", type=_csv_list(int), default=[0],
+                   help="seeds, comma-separated: one run per seed (default: 0)")
     p.add_argument("--straggler", type=_csv_list(str), default=["none"],
                    help="none or RANK:FACTOR per point: that rank's envs step FACTOR times "
                    "slower (Synthetic-v0's step cost; e.g. none,1:4)")
@@ -66,6 +82,49 @@ def build_parser(parser_class=argparse.ArgumentParser) -> argparse.ArgumentParse
                    "simulated host behind a link shaped to RATE (e.g. netns:1gbit; needs root)")
     p.add_argument("--out", required=True, help="directory for study.csv, study.png, runs/")
     return p
+
+
+def grid_problem(a: argparse.Namespace) -> str | None:
+    """The first grid value that no run could take, as one line naming it and the allowed
+    values; None when every value is one the architecture runs."""
+    from archzoo.architectures import get
+
+    try:
+        record = get(a.arch)
+    except KeyError as e:
+        return str(e.args[0])
+
+    def bad(flag: str, values: list, allowed: tuple, what: str = "") -> str | None:
+        for v in values:
+            if v not in allowed:
+                return (f"{flag} {v}: not one of {', '.join(map(str, allowed))}"
+                        + (f" ({what})" if what else ""))
+        return None
+
+    from archzoo.config import RunConfig
+
+    checks = (bad("--topology", a.topology, record.topologies, f"the topologies {a.arch} "
+                  "runs"),
+              bad("--mode", a.mode, record.modes, f"the modes {a.arch} runs"),
+              bad("--backend", a.backend, BACKENDS))
+    for problem in checks:
+        if problem:
+            return problem
+    for n in a.actors:
+        if n < 0:
+            return f"--actors {n}: actor counts are >= 0"
+    for n in a.params:
+        if n < 0:
+            return f"--params {n}: model sizes are >= 0 (0: the architecture's --hidden)"
+    for s in a.straggler:
+        if s != "none":
+            got = RunConfig(straggler=s).straggler_rank()
+            if got is None or got[0] < 0 or got[1] < 1:
+                return f"--straggler {s}: not none or RANK:FACTOR (RANK >= 0, FACTOR >= 1)"
+    for link in a.link:
+        if link != "loopback" and link.split(":")[0] != "netns":
+            return f"--link {link}: not one of loopback, netns, netns:RATE"
+    return None
 
 
 def row_from_summary(point: dict, code: int, run_dir: Path) -> dict:
@@ -181,12 +240,13 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
         extra = []
     from archzoo.architectures import dir_name
 
-    a = build_parser(parser_class).parse_args(argv)
+    parser = build_parser(parser_class)
+    a = parser.parse_args(argv)
+    problem = grid_problem(a)
+    if problem:
+        parser.error(problem)  # before anything is written
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    for link in a.link:
-        if link != "loopback" and link.split(":")[0] != "netns":
-            parser_class().error(f"--link: unknown {link!r} (loopback, netns or netns:RATE)")
     grid = list(itertools.product(a.topology, a.actors, a.backend, a.mode, a.seeds,
                                   a.straggler, a.params, a.link))
     rows = []

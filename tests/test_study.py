@@ -59,3 +59,28 @@ def test_study_straggler_and_model_size(tmp_path: Path) -> None:
         assert float(x["root_bytes_per_update"]) > 0
     # rank 1 spends far longer per step in its envs than rank 2 (8x the busy-wait)
     assert env_s_per_step[1] > 2 * env_s_per_step[0], env_s_per_step
+
+
+def test_a_bad_grid_value_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    """One line naming the value and the allowed ones, exit code 2, no directory written."""
+    from archzoo.cli import main
+
+    out = tmp_path / "study"
+    for flags, needle in ((["--arch", "impala", "--topology", "star,moon"],
+                           "--topology moon: not one of star, tree"),
+                          (["--arch", "apex", "--mode", "sync"], "--mode sync: not one of async"),
+                          (["--arch", "impala", "--backend", "nccl"], "gloo, mpi"),
+                          (["--arch", "impala", "--straggler", "1x4"], "RANK:FACTOR"),
+                          (["--arch", "impala", "--link", "wan"], "--link wan"),
+                          (["--arch", "impala", "--actors", "2,-1"], "--actors -1")):
+        assert main(["study", *flags, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], (flags, err)
+        assert not out.exists()
+
+
+def test_every_study_option_has_a_help_text() -> None:
+    from archzoo.study import build_parser
+
+    for action in build_parser()._actions:  # noqa: SLF001
+        assert action.help, action.option_strings
