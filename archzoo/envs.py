@@ -198,11 +198,52 @@ def gym_spec(env_id: str, imports: tuple[str, ...] | str = ()) -> Any:
     try:
         return gym.spec(name)
     except gym.error.Error as e:
+        known = _package_ids(gym, name)
+        if known is not None:  # ale-py or MinAtar is installed: the id is misspelt
+            raise EnvError(f"unknown environment {env_id!r}: {_close_ids(name, known)}"
+                           ) from None
         hint = " (pip install ale-py)" if is_atari(name) else \
             " (pip install minatar)" if name.startswith("MinAtar/") else \
             f" (module {module!r} was imported but registers no such id)" if colon else \
             " (a module of yours registers it? --env module:Id or --env-import module)"
         raise EnvError(f"unknown environment {env_id!r}: {e}{hint}") from None
+
+
+_ID_PACKAGES = {"ALE/": ("ale_py", "ale-py"), "MinAtar/": ("minatar.gym", "MinAtar")}
+
+
+def _package_ids(gym: Any, name: str) -> tuple[str, list[str]] | None:
+    """(package, its registered ids) when ``name`` is in the namespace of a package that
+    imports fine (ale-py for ``ALE/``, MinAtar for ``MinAtar/``); None otherwise (then the
+    package is what is missing)."""
+    for prefix, (module, package) in _ID_PACKAGES.items():
+        if name.startswith(prefix):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                return None
+            return package, sorted(i for i in gym.registry if i.startswith(prefix))
+    return None
+
+
+def _close_ids(name: str, known: tuple[str, list[str]]) -> str:
+    """'PACKAGE is installed and registers no such id; did you mean X or Y?', comparing the
+    games' names (``ALE/Pongg-v5`` -> ``ALE/Pong-v5``; case and version aside)."""
+    import difflib
+
+    def game(env_id: str) -> str:
+        return env_id.split("/", 1)[-1].rsplit("-v", 1)[0].lower()
+
+    package, ids = known
+    games: dict[str, list[str]] = {}
+    for i in ids:
+        games.setdefault(game(i), []).append(i)
+    version = name.rsplit("-v", 1)[-1]
+    close = [i for g in difflib.get_close_matches(game(name), list(games), n=3, cutoff=0.75)
+             for i in sorted(games[g], key=lambda i: (not i.endswith(f"-v{version}"), i))][:3]
+    said = f"did you mean {' or '.join(close)}?" if close else \
+        f"its ids look like {ids[0]}" if ids else "it registers none"
+    return f"{package} is installed and registers no such id; {said}"
 
 
 def reward_threshold(env_id: str, imports: tuple[str, ...] | str = ()) -> float | None:
