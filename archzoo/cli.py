@@ -156,8 +156,9 @@ def _config_text(value: str, arch: str | None) -> tuple[str, str, str]:
         raise UsageError(f"--config: no such file {value!r}")
     bundled = presets.names()
     if value not in bundled:
-        raise UsageError(f"--config {value}: no such file or bundled preset; the bundled "
-                         f"presets are {', '.join(bundled)} (archzoo list --configs)")
+        raise UsageError(f"--config {value}: no such file or bundled preset"
+                         f"{did_you_mean(value, bundled)}; the bundled presets are "
+                         f"{', '.join(bundled)} (archzoo list --configs)")
     if arch is None or presets.find(value, arch) is None:
         raise UsageError(f"--config {value}: the bundled preset has no file for "
                          f"{arch or 'this architecture'}; it has "

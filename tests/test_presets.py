@@ -51,6 +51,8 @@ def test_an_unknown_name_lists_the_bundled_presets(capsys) -> None:
     assert "--config moon" in err and "atari, minatar" in err, err
     with pytest.raises(UsageError, match="atari, minatar"):
         archzoo.run("apex", config="moon")
+    with pytest.raises(UsageError, match=r"\(did you mean 'minatar'\?\); the bundled"):
+        parse_run(["run", "apex", "--config", "minatr"])
 
 
 def test_an_unsupported_extension_names_the_formats(tmp_path: Path, capsys) -> None:
