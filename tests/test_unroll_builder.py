@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 import torch
 
+from actors.base import vector_seed
 from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
 from actors.remote import LocalPolicyClient, SeedActor
 from actors.unroll import unroll_schema
 from archzoo.comm import Message
 from archzoo.envs import env_spec, make_vector_env
 from archzoo.nets import ActorCritic
+from archzoo.seeding import env_seeds
 from learners.unroll_builder import UnrollBuilder
 
 ENV = "CartPole-v1"
@@ -108,7 +110,7 @@ def check_stream_against_env(s: Stream, policy: BatchedPolicy) -> None:
     """The recorded stream is what the envs and the model say (so it can be a reference)."""
     envs = make_vector_env(ENV, E)
     try:
-        obs, _ = envs.reset(seed=s.env_seed)
+        obs, _ = envs.reset(seed=vector_seed(envs, env_seeds(s.env_seed, E)))
         assert np.array_equal(obs, s.obs[0])
         done_prev = np.zeros(E, bool)
         for k in range(len(s.obs)):
