@@ -180,6 +180,7 @@ def test_clipped_rewards_and_lost_lives_reach_the_losses_not_the_logs(
 @pytest.mark.parametrize("model,shape,dtype", [
     ("mlp", (4,), "<f4"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
     ("impala-cnn", (4, 84, 84), "|u1"), ("mlp", (10, 10, 4), "|b1"),
+    ("minatar-cnn", (10, 10, 4), "|b1"),
 ])
 def test_heads_on_every_torso(model: str, shape: tuple, dtype: str) -> None:
     x = torch.zeros((3, 2, *shape), dtype=torch.from_numpy(np.zeros(1, dtype)).dtype)
@@ -189,12 +190,13 @@ def test_heads_on_every_torso(model: str, shape: tuple, dtype: str) -> None:
     for dueling in (False, True):
         q = QNetwork(shape, 6, 32, dueling, model, dtype)
         assert q(x).shape == (3, 2, 6)
-    width = {"mlp": 32, "nature-cnn": 512, "impala-cnn": 256}[model]
+    width = {"mlp": 32, "nature-cnn": 512, "impala-cnn": 256, "minatar-cnn": 128}[model]
     assert ac.torso.out_dim == width
 
 
 @pytest.mark.parametrize("model,shape,dtype", [
     ("mlp", (3, 5), "|u1"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
+    ("minatar-cnn", (10, 10, 4), "|b1"),
 ])
 def test_torso_makes_frames_float_on_the_device(model: str, shape: tuple, dtype: str) -> None:
     """A torso called on uint8 frames gives what its float32 twin (same weights) gives on the
