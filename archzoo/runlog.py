@@ -119,10 +119,8 @@ class RunDir:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if self._tb is not None:  # every number of the summary (time breakdown per role,
-            step = int(summary.get("env_steps") or 0)  # replay, parameter servers, ...)
-            for tag, value in numeric_leaves(summary, "summary"):
-                self._tb.add_scalar(tag, value, step)
+        if self._tb is not None:  # as text: its constants (pids, settings) are no curves
+            step = int(summary.get("env_steps") or 0)
             self._tb.add_text("summary", "```\n" + json.dumps(summary, indent=2) + "\n```",
                               step)
             self._tb.flush()
@@ -138,17 +136,6 @@ class RunDir:
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()
-
-
-def numeric_leaves(tree: Any, prefix: str) -> list[tuple[str, float]]:
-    """(``prefix/key/...``, value) for every int or float leaf of nested dicts."""
-    if isinstance(tree, bool):
-        return []
-    if isinstance(tree, int | float):
-        return [(prefix, float(tree))]
-    if isinstance(tree, dict):
-        return [leaf for k, v in tree.items() for leaf in numeric_leaves(v, f"{prefix}/{k}")]
-    return []
 
 
 def sample_stats(xs: list[float]) -> dict[str, float]:
