@@ -25,8 +25,11 @@ from archzoo.progress import Progress, ranks_heard, time_left
 # What a V-trace learner reports per update (learners/vtrace.py): loss terms, entropy, the
 # importance weights ρ = π/μ (mean, fraction clipped at ρ̄, mean |log π/μ|), gradient norm
 # before clipping, learning rate.
+# A double-DQN learner's (learners/dqn.py: Ape-X): loss, mean Q(s, a), the batch's mean and
+# max TD error |δ| (the new priorities), the mean importance-sampling weight.
 LEARNER_STATS = ("loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "rho_clip_frac",
-                 "mean_log_ratio_abs", "grad_norm", "lr")
+                 "mean_log_ratio_abs", "mean_q", "td_abs_mean", "td_abs_max", "is_weight_mean",
+                 "grad_norm", "lr")
 
 METRIC_COLUMNS = (
     "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",

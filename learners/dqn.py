@@ -186,7 +186,8 @@ class DQNLearner:
         loss = mean(w · Huber(y − Q(s, a))); clip the gradient norm; every
         ``target_update_period`` updates copy online → target. Returns |δ| per item (float32,
         computed before the step: the new priorities before ε) and stats (loss, mean_q,
-        grad_norm — the norm before clipping).
+        grad_norm — the norm before clipping —, lr, the batch's mean and max |δ| and, given
+        ``weights``, their mean).
         """
         t0 = time.perf_counter()
         b = _as_tensors(batch, self.device)
@@ -200,7 +201,11 @@ class DQNLearner:
             self.target.load_state_dict(self.model.state_dict())
         td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
         stats = {"loss": float(loss.detach()), "mean_q": float(q_sa.detach().mean()),
-                 "grad_norm": float(grad_norm)}
+                 "grad_norm": float(grad_norm), "lr": self.opt.param_groups[0]["lr"],
+                 "td_abs_mean": float(td.mean()) if td.size else 0.0,
+                 "td_abs_max": float(td.max()) if td.size else 0.0}
+        if weights is not None:  # prioritized replay's importance-sampling weights
+            stats["is_weight_mean"] = float(np.asarray(weights, np.float64).mean())
         self.update_s += time.perf_counter() - t0
         return td, stats
 

@@ -134,7 +134,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     while stop is None:
         batch = client.receive(on_poll=service)
         client.request(on_poll=service)  # prefetch the next batch while this one trains
-        td, _ = learner.update(batch.data, batch.weights)
+        td, stats = learner.update(batch.data, batch.weights)
+        mon.add_learner_stats(stats)
         client.update_priorities(batch, td)
         mon.updates = learner.version
         if learner.version % cfg.publish_every == 0:

@@ -59,7 +59,8 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         mon.add_episodes(actor.take_finished())
         while limiter.can_sample(len(memory), cfg.batch_size):
             batch = client.receive()
-            td, _ = learner.update(batch.data, batch.weights)
+            td, stats = learner.update(batch.data, batch.weights)
+            mon.add_learner_stats(stats)
             client.update_priorities(batch, td)
         follow()
         mon.add_eval(evaluator.maybe_run(actor.greedy, cfg.eval_interval))
