@@ -76,9 +76,15 @@ class Setup:
         return "minatar"
 
 
-def make_setups(archs: Iterable[str], reference: bool) -> list[Setup]:
-    """Each architecture with ``--actors 2``, then the single-process reference."""
+def make_setups(archs: Iterable[str], reference: bool,
+                variants: Iterable[str] = ()) -> list[Setup]:
+    """Each architecture with ``--actors 2``, each of those again per variant ("NAME=FLAGS":
+    more flags, e.g. "clip=--clip-ratio 0.2"), then the single-process reference."""
     out = [Setup(f"{a} ({ACTORS} actors)", a, ("--actors", str(ACTORS))) for a in archs]
+    for v in variants:
+        name, _, flags = v.partition("=")
+        out += [Setup(f"{a} ({ACTORS} actors, {name})", a,
+                      (*shlex.split(flags), "--actors", str(ACTORS))) for a in archs]
     if reference:
         out.append(Setup(REFERENCE, "impala", ("--actors", "0")))
     return out
@@ -391,7 +397,8 @@ def run_grid(args: argparse.Namespace, setups: list[Setup], data: dict[str, Any]
     root = Path(args.run_root or ("RUN_ROOT" if args.dry_run else
                                   tempfile.mkdtemp(prefix="bench-learning-")))
     for n, (setup, game, seed) in enumerate(todo, 1):
-        run_dir = root / f"{setup.arch}-actors{setup.flags[-1]}-{game_slug(game)}-s{seed}"
+        slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
+        run_dir = root / f"{slug}-{game_slug(game)}-s{seed}"
         if run_dir.exists():  # --rerun into the same --run-root: a fresh directory
             run_dir = run_dir.with_name(run_dir.name + time.strftime("-%Y%m%d-%H%M%S"))
         if args.dry_run:  # the presets' paths are relative to the repository root
@@ -477,6 +484,9 @@ window under {COLLAPSE_RATIO:g} × the best, once the best reached {args.collaps
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archs", nargs="*", default=list(ARCHS), choices=ARCHS)
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                   help="each architecture again with more flags, e.g. "
+                   "'clip=--clip-ratio 0.2' (repeatable)")
     p.add_argument("--no-reference", action="store_true",
                    help=f"leave out the reference setup, {REFERENCE}")
     p.add_argument("--games", nargs="*", default=list(GAMES))
@@ -496,7 +506,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    setups = make_setups(args.archs, not args.no_reference)
+    setups = make_setups(args.archs, not args.no_reference, args.variant)
     data = load_results(args.results)
     run_grid(args, setups, data)
     if args.dry_run:
