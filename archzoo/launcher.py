@@ -198,7 +198,7 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.kill()
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every live process below ``pid``, from /proc (none where there is no /proc)."""
     children: dict[int, list[int]] = {}
     try:
@@ -240,7 +240,7 @@ def _stop(procs: list[subprocess.Popen], signum: int) -> int:
     """The launcher got stop signal ``signum``: send it on to every rank (the gloo children
     themselves; under MPI the ranks below mpiexec, which run in sessions of their own), wait
     STOP_GRACE_S for them to end, then kill what is left. Returns 128 + ``signum``."""
-    below = {p.pid: _descendants(p.pid) for p in procs}
+    below = {p.pid: descendants(p.pid) for p in procs}
     for p in procs:
         if p.poll() is None:
             ranks = [d for d in below[p.pid] if _is_rank(d)]
@@ -257,7 +257,7 @@ def _stop(procs: list[subprocess.Popen], signum: int) -> int:
     _kill(procs)
     left = [d for pids in below.values() for d in pids]
     for p in procs:  # what started since, and what outlived mpiexec
-        left += _descendants(p.pid)
+        left += descendants(p.pid)
     _signal(left, signal.SIGKILL)
     for p in procs:
         try:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from archzoo.launcher import descendants
+
 ARCHZOO = [sys.executable, "-m", "archzoo"]
 RANDOM_RETURN = 22.0  # CartPole-v1 under a uniformly random policy
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "policy.pt")
@@ -135,23 +137,6 @@ def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
                 return int(pid)
         time.sleep(0.2)
     raise AssertionError(f"no rank {rank} of {run_dir} within {deadline_s}s")
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for p in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(p))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def kill_tree(proc: subprocess.Popen, marker: str | None = None) -> None:
