@@ -25,8 +25,10 @@ from archzoo.progress import Progress, ranks_heard, time_left
 # What a V-trace learner reports per update (learners/vtrace.py): loss terms, entropy, the
 # importance weights ρ = π/μ (mean, fraction clipped at ρ̄, mean |log π/μ|), gradient norm
 # before clipping, learning rate.
-# A double-DQN learner's (learners/dqn.py: Ape-X): loss, mean Q(s, a), the batch's mean and
-# max TD error |δ| (the new priorities), the mean importance-sampling weight.
+# An A2C learner's (learners/a2c.py: A3C, GALA): loss, pg_loss, baseline_loss (the value
+# term), entropy, grad_norm, lr.
+# A double-DQN learner's (learners/dqn.py: Ape-X, Gorila): loss, mean Q(s, a), the batch's
+# mean and max TD error |δ| (the new priorities), the mean importance-sampling weight.
 LEARNER_STATS = ("loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "rho_clip_frac",
                  "mean_log_ratio_abs", "mean_q", "td_abs_mean", "td_abs_max", "is_weight_mean",
                  "grad_norm", "lr")
@@ -34,9 +36,16 @@ LEARNER_STATS = ("loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "rho
 METRIC_COLUMNS = (
     "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",
     "learner_updates", "policy_lag", "policy_lag_p50", "policy_lag_p90", "policy_lag_max",
-    "policy_lag_s", "policy_lag_s_p90", "bytes_sent", "bytes_recv",
+    "policy_lag_s", "policy_lag_s_p90",
+    # a parameter server's gradients (A3C, Gorila): the shard's version when a gradient
+    # arrives minus the version it was computed on, and that version's age in seconds
+    "grad_staleness", "grad_staleness_p50", "grad_staleness_p90", "grad_staleness_max",
+    "grad_staleness_s", "grad_staleness_s_p90",
+    "bytes_sent", "bytes_recv",
     # the learner's update statistics, averaged over the updates since the last row
     *(f"learner/{k}" for k in LEARNER_STATS),
+    # GALA: rank 0's L2 distance to its ring neighbours' mean at each gossip round
+    "consensus_distance",
     # batched inference (GA3C, SEED); empty for the other architectures
     "infer_batch_mean", "infer_latency_ms", "prediction_queue", "training_queue",
 )
@@ -86,6 +95,35 @@ class Timers:
 
     def add(self, name: str, seconds: float) -> None:
         self.s[name] = self.s.get(name, 0.0) + seconds
+
+
+class VersionClock:
+    """When each parameter version came into being (a learner's publish, a shard's update),
+    so a lag in versions gets its twin in seconds: the age of the version a policy acted
+    with, or a gradient was computed on, on this rank's clock. Keeps the last ``keep``
+    versions marked (marked in increasing order); older ones have no age (None)."""
+
+    def __init__(self, version: int | None = 0, keep: int = 10_000) -> None:
+        self.keep = keep
+        self._born: dict[int, float] = {}
+        if version is not None:
+            self.mark(version)
+
+    def mark(self, version: int, at: float | None = None) -> None:
+        """``version`` exists from ``at`` (default now); a version marked twice keeps its
+        first time."""
+        v = int(version)
+        if v not in self._born:
+            self._born[v] = time.time() if at is None else at
+            while len(self._born) > self.keep:
+                del self._born[next(iter(self._born))]
+
+    def age(self, version: int, now: float | None = None) -> float | None:
+        """Seconds since ``version`` was marked, or None if it never was (or was forgotten)."""
+        born = self._born.get(int(version))
+        if born is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - born)
 
 
 class RunDir:
@@ -170,6 +208,53 @@ def hist_stats(hist: Counter) -> dict[str, float]:
             "p50": round(pick(0.5), 3), "p90": round(pick(0.9), 3), "max": round(keys[-1], 3)}
 
 
+class LagDistribution:
+    """A lag in versions and, where known, in seconds: the values since the last metrics
+    row (their mean, p50, p90 and max in the row) and the whole run's histograms (the
+    summary's distribution)."""
+
+    def __init__(self) -> None:
+        self.row: list[float] = []  # versions, since the last metrics row
+        self.row_s: list[float] = []  # seconds, since the last metrics row
+        self.hist: Counter[int] = Counter()  # the whole run: versions -> count
+        self.hist_s: Counter[float] = Counter()  # seconds, rounded to 10 ms -> count
+
+    def add(self, lag: float, seconds: float | None = None) -> None:
+        self.row.append(float(lag))
+        self.hist[int(round(lag))] += 1
+        if seconds is not None:
+            self.row_s.append(float(seconds))
+            self.hist_s[round(float(seconds), 2)] += 1
+
+    def columns(self, prefix: str) -> dict[str, float | None]:
+        """The metrics row's columns: ``prefix`` (mean), ``_p50``, ``_p90``, ``_max`` in
+        versions, ``_s`` (mean) and ``_s_p90`` in seconds."""
+        v, sec = sample_stats(self.row), sample_stats(self.row_s)
+        return {prefix: v.get("mean"), f"{prefix}_p50": v.get("p50"),
+                f"{prefix}_p90": v.get("p90"), f"{prefix}_max": v.get("max"),
+                f"{prefix}_s": sec.get("mean"), f"{prefix}_s_p90": sec.get("p90")}
+
+    def next_row(self) -> None:
+        self.row, self.row_s = [], []
+
+    @property
+    def mean(self) -> float | None:
+        n = sum(self.hist.values())
+        return sum(k * v for k, v in self.hist.items()) / n if n else None
+
+    def summary(self) -> dict[str, Any]:
+        """The whole run's distribution, in versions and in seconds (mean, p50, p90, max)."""
+        return {"versions": hist_stats(self.hist), "seconds": hist_stats(self.hist_s)}
+
+    def state_dict(self) -> dict[str, dict[str, int]]:
+        return {"hist": {str(k): v for k, v in self.hist.items()},
+                "hist_s": {str(k): v for k, v in self.hist_s.items()}}
+
+    def load_state_dict(self, hist: dict[str, int], hist_s: dict[str, int]) -> None:
+        self.hist = Counter({int(float(k)): v for k, v in hist.items()})
+        self.hist_s = Counter({float(k): v for k, v in hist_s.items()})
+
+
 class Monitor:
     """Learning curve, stop decision and progress for the deciding rank.
 
@@ -195,11 +280,10 @@ class Monitor:
         self.first_step_time: float | None = None
         self.time_to_target_s: float | None = None
         self.steps_to_target: int | None = None
-        self._learner_row: dict[str, list[float]] = {}  # update statistics since the last row
-        self._lag_row: list[float] = []  # lags (versions) since the last metrics row
-        self._lag_s_row: list[float] = []  # and the behaviour policies' ages (seconds)
-        self.lag_hist: Counter[int] = Counter()  # the whole run: lag in versions -> count
-        self.lag_s_hist: Counter[float] = Counter()  # seconds, rounded to 10 ms
+        # update statistics since the last row: name -> [sum, count]
+        self._learner_row: dict[str, list[float]] = {}
+        self.lag = LagDistribution()  # policy lag: learner version − behaviour version
+        self.staleness = LagDistribution()  # a parameter server's gradients' staleness
         self._last_t = time.time()
         self._last_steps = 0
         self.rows = 0
@@ -216,8 +300,10 @@ class Monitor:
                 "updates": self.updates, "elapsed_s": self.elapsed(),
                 "returns": list(self.returns),
                 "eval_returns": None if self.eval_returns is None else list(self.eval_returns),
-                "lag_hist": {str(k): v for k, v in self.lag_hist.items()},
-                "lag_s_hist": {str(k): v for k, v in self.lag_s_hist.items()},
+                "lag_hist": self.lag.state_dict()["hist"],
+                "lag_s_hist": self.lag.state_dict()["hist_s"],
+                "staleness_hist": self.staleness.state_dict()["hist"],
+                "staleness_s_hist": self.staleness.state_dict()["hist_s"],
                 "time_to_target_s": self.time_to_target_s,
                 "steps_to_target": self.steps_to_target, "rows": self.rows}
 
@@ -228,8 +314,9 @@ class Monitor:
         self.returns.extend(state["returns"])
         if self.eval_returns is not None and state["eval_returns"] is not None:
             self.eval_returns.extend(state["eval_returns"])
-        self.lag_hist = Counter({int(float(k)): v for k, v in state.get("lag_hist", {}).items()})
-        self.lag_s_hist = Counter({float(k): v for k, v in state.get("lag_s_hist", {}).items()})
+        self.lag.load_state_dict(state.get("lag_hist", {}), state.get("lag_s_hist", {}))
+        self.staleness.load_state_dict(state.get("staleness_hist", {}),
+                                       state.get("staleness_s_hist", {}))
         self.time_to_target_s = state["time_to_target_s"]
         self.steps_to_target = state["steps_to_target"]
         now = time.time()  # elapsed() and the time limit count the whole run
@@ -252,27 +339,54 @@ class Monitor:
         """One update's statistics (:data:`LEARNER_STATS`); rows show their means."""
         for k, v in stats.items():
             if k in LEARNER_STATS:
-                self._learner_row.setdefault(k, []).append(float(v))
+                acc = self._learner_row.setdefault(k, [0.0, 0])
+                acc[0] += float(v)
+                acc[1] += 1
+
+    def add_learner_sums(self, sums: dict[str, Any]) -> None:
+        """Several updates' statistics at once, as ``name -> (sum, count)`` (what a rank
+        that computes updates sends the deciding rank: :class:`~archzoo.harness.stats.
+        StatsReporter`); rows show the means over all updates."""
+        for k, (total, n) in sums.items():
+            if k in LEARNER_STATS and n:
+                acc = self._learner_row.setdefault(k, [0.0, 0])
+                acc[0] += float(total)
+                acc[1] += int(n)
 
     def add_lag(self, lag: float, seconds: float | None = None) -> None:
         """One unroll's (or report's) policy lag: learner version − behaviour version, and
         where known the behaviour policy's age in seconds."""
-        self._lag_row.append(float(lag))
-        self.lag_hist[int(round(lag))] += 1
-        if seconds is not None:
-            self._lag_s_row.append(float(seconds))
-            self.lag_s_hist[round(float(seconds), 2)] += 1
+        self.lag.add(lag, seconds)
+
+    def add_staleness(self, versions: float, seconds: float | None = None) -> None:
+        """One gradient's staleness at a parameter server: the shard's version when it
+        arrived − the version it was computed on, and where known that version's age."""
+        self.staleness.add(versions, seconds)
+
+    @property
+    def lag_hist(self) -> Counter[int]:
+        """The whole run's policy lag in versions -> count."""
+        return self.lag.hist
+
+    @property
+    def lag_s_hist(self) -> Counter[float]:
+        """The whole run's policy lag in seconds (rounded to 10 ms) -> count."""
+        return self.lag.hist_s
 
     @property
     def lag_mean(self) -> float | None:
         """Mean policy lag (learner version − behaviour version) over the whole run."""
-        n = sum(self.lag_hist.values())
-        return sum(k * v for k, v in self.lag_hist.items()) / n if n else None
+        return self.lag.mean
 
     def lag_summary(self) -> dict[str, Any]:
         """summary.json's ``policy_lag``: the whole run's distribution, in versions and in
         seconds (mean, p50, p90, max)."""
-        return {"versions": hist_stats(self.lag_hist), "seconds": hist_stats(self.lag_s_hist)}
+        return self.lag.summary()
+
+    def staleness_summary(self) -> dict[str, Any]:
+        """summary.json's ``grad_staleness``: as :meth:`lag_summary`, for the gradients a
+        parameter server received (empty distributions elsewhere)."""
+        return self.staleness.summary()
 
     def add_eval(self, returns) -> None:
         """Greedy evaluation returns (architectures that explore with ε are judged by them)."""
@@ -334,7 +448,8 @@ class Monitor:
             self.run_dir.metrics_row(row)
         self.rows += 1
         self._last_t, self._last_steps = now, self.env_steps
-        self._lag_row, self._lag_s_row = [], []
+        self.lag.next_row()
+        self.staleness.next_row()
         self._learner_row = {}
         self.progress.row(row, extra, left, ranks)
         if self.checkpointer is not None and not force:
@@ -343,19 +458,16 @@ class Monitor:
     def _report(self, now: float, dt: float, bytes_sent: int, bytes_recv: int):
         """The metrics row since the last one, the time left, the ranks heard."""
         fps = (self.env_steps - self._last_steps) / dt if dt > 0 else 0.0
-        lag = sample_stats(self._lag_row)
-        lag_s = sample_stats(self._lag_s_row)
         row = {
             "time_s": round(self.elapsed(), 3), "env_steps": self.env_steps,
             "episodes": self.episodes,
             "mean_return_100": None if self.mean_return is None else round(self.mean_return, 3),
             "eval_mean_return": self.eval_mean_return, "fps": round(fps, 1),
             "learner_updates": self.updates,
-            "policy_lag": lag.get("mean"), "policy_lag_p50": lag.get("p50"),
-            "policy_lag_p90": lag.get("p90"), "policy_lag_max": lag.get("max"),
-            "policy_lag_s": lag_s.get("mean"), "policy_lag_s_p90": lag_s.get("p90"),
+            **self.lag.columns("policy_lag"), **self.staleness.columns("grad_staleness"),
             "bytes_sent": bytes_sent, "bytes_recv": bytes_recv,
-            **{f"learner/{k}": round(sum(v) / len(v), 5) for k, v in self._learner_row.items()},
+            **{f"learner/{k}": round(total / n, 5)
+               for k, (total, n) in self._learner_row.items()},
         }
         left = time_left(now - self.t_start, self.time_limit, self.env_steps,
                          self.total_steps, fps)

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from archzoo.comm import Inbox, PeerFailure, PeerTimeout, Request, Schema, SchemaMismatch, Transport
+from archzoo.runlog import VersionClock
 from paramserver.optim import FlatOptimizer, as_f32
 
 
@@ -164,6 +165,11 @@ class ShardState:
     :meth:`push` takes one gradient and returns the pushes settled by it (in sync mode a
     round's worth at once, or nothing while the round waits; the caller must keep a held
     gradient's memory intact until its push is settled). :meth:`leave` takes a worker out.
+
+    ``clock`` marks when each version came into being; ``on_push(worker, staleness,
+    age_s)``, if set, hears of every gradient taken: its staleness (this shard's version
+    when it arrived − the version it was computed on) and the age in seconds of the version
+    it was computed on (None if forgotten).
     """
 
     def __init__(self, params: Any, optimizer: FlatOptimizer, workers: Iterable[int],
@@ -195,6 +201,8 @@ class ShardState:
         self.history: list[tuple[int, int, int, Outcome, int]] | None = [] if record else None
         self._round: dict[int, tuple[int, np.ndarray]] = {}  # worker -> (seq, grad view)
         self.round_started: float | None = None  # monotonic time of the round's first push
+        self.clock = VersionClock(version)
+        self.on_push: Callable[[int, int, float | None], None] | None = None
         self._acc = np.empty_like(self.params)
         self._total = np.empty(self.params.shape, np.float64)
 
@@ -219,6 +227,7 @@ class ShardState:
                              f"shard of {self.params.size}")
         self.params[:] = state["params"].numpy()
         self.stats.version = int(state["version"])
+        self.clock = VersionClock(self.stats.version)
         self.optimizer.load_state_dict(state["optimizer"])
 
     def active(self) -> list[int]:
@@ -248,6 +257,8 @@ class ShardState:
             raise ValueError(f"rank {self.rank}: rank {worker} pushed a gradient computed on "
                              f"version {grad_version}, ahead of this shard's version {v}")
         self.stats.pushed += 1
+        if self.on_push is not None:
+            self.on_push(worker, v - grad_version, self.clock.age(grad_version))
         if self.mode == "async":
             if self.staleness is not None and v - grad_version > self.staleness:
                 self.stats.dropped_stale += 1
@@ -255,6 +266,7 @@ class ShardState:
             else:
                 self.optimizer.step(self.params, g)
                 self.stats.version += 1
+                self.clock.mark(self.stats.version)
                 self.stats.applied += 1
                 outcome = Outcome.APPLIED
             self._log(worker, seq, grad_version, outcome)
@@ -324,6 +336,7 @@ class ShardState:
         self.optimizer.step(self.params, self._acc)
         v = self.stats.version
         self.stats.version += 1
+        self.clock.mark(self.stats.version)
         self.stats.applied += len(used)
         out = []
         for w in used:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archzoo.comm import PeerFailure
+from archzoo.runlog import VersionClock
 from paramserver import (
     Adam,
     Outcome,
@@ -260,6 +262,44 @@ def test_sync_w_minus_d_rule(w, data, k):
     for s in states:
         assert s.stats.version == rounds and s.stats.dropped_late == late == d * rounds
         assert s.stats.applied == (w - d) * rounds and s.stats.pushed == w * rounds
+
+
+def test_each_gradients_staleness_and_age_are_heard():
+    """``on_push`` hears every gradient taken, applied or dropped: the shard's version when
+    it arrived minus the version it was computed on, and that version's age on the shard's
+    clock; in sync mode a late gradient is a round behind."""
+    (s,) = _states(1, range(2), staleness=1)
+    heard = []
+    s.on_push = lambda w, lag, age: heard.append((w, lag, age))
+    g = np.zeros(N, F32)
+    s.push(0, 0, g)  # v0 -> v1
+    time.sleep(0.05)
+    s.push(1, 0, g)  # one version behind: applied (S = 1), v2
+    s.push(0, 0, g)  # two behind: dropped as stale, heard all the same
+    s.push(1, 2, g)  # current
+    assert [(w, lag) for w, lag, _ in heard] == [(0, 0), (1, 1), (0, 2), (1, 0)]
+    ages = [age for _, _, age in heard]
+    assert all(a is not None and a >= 0 for a in ages)
+    assert ages[1] >= 0.05 and ages[2] >= ages[1] and ages[3] < ages[2]
+    (a,) = _states(1, [1, 2], mode="sync", drop=1)
+    heard.clear()
+    a.on_push = lambda w, lag, age: heard.append((w, lag))
+    a.push(1, 0, g)  # round 0 needs W − D = 1: applied at once
+    a.push(2, 0, g)  # late: round 0 is over
+    assert heard == [(1, 0), (2, 1)]
+
+
+def test_version_clock_ages_and_forgets():
+    clock = VersionClock(0, keep=3)
+    t0 = time.time()
+    for v in (1, 2):
+        clock.mark(v, at=t0 + v)
+    clock.mark(2, at=t0 + 10)  # a version's first mark stands
+    assert clock.age(2, now=t0 + 5) == pytest.approx(3.0)
+    assert clock.age(1, now=t0) == 0.0  # never negative
+    assert clock.age(7) is None  # never marked
+    clock.mark(5, at=t0 + 5)
+    assert clock.age(0) is None and clock.age(1, now=t0 + 6) == pytest.approx(5.0)  # keep 3
 
 
 def test_sync_dead_worker_and_departures():

@@ -3,7 +3,9 @@
 Leaves that hold no unroll stream (Ape-X and Gorila actors, A3C actor-learners, GALA
 agents) report their finished episodes on the control channel every
 :data:`REPORT_INTERVAL_S`; the deciding rank folds them into its Monitor. Unrolls carry
-their own episode statistics (:func:`account_unroll`).
+their own episode statistics (:func:`account_unroll`). Leaves that compute updates (A3C's
+actor-learners, Gorila's learners, GALA's agents) add their updates' statistics
+(:data:`~archzoo.runlog.LEARNER_STATS`) to the same reports, as sums and counts.
 """
 
 from __future__ import annotations
@@ -14,27 +16,42 @@ from typing import Any
 
 from archzoo.comm import ControlChannel, Message
 from archzoo.harness.protocol import RankContext
-from archzoo.runlog import Monitor
+from archzoo.runlog import LEARNER_STATS, Monitor
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
 
 
-def stats_message(steps: int, returns: Sequence[float], version: int, first_step_time: float,
-                  eval_returns: Sequence[float] = ()) -> dict[str, Any]:
-    """What a leaf tells the root about its episodes (JSON on the control channel)."""
-    return {"type": "stats", "steps": steps, "returns": [float(r) for r in returns],
-            "eval": [float(r) for r in eval_returns], "version": version,
-            "first_step_time": first_step_time}
+def stats_message(steps: int, returns: Sequence[float], version: int | None,
+                  first_step_time: float | None, eval_returns: Sequence[float] = (),
+                  learner: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """What a leaf tells the root about its episodes (JSON on the control channel):
+    ``version`` the parameters it acts with (None: it does not act), ``learner`` its
+    updates' statistics since the last report, name -> [sum, count]."""
+    msg = {"type": "stats", "steps": steps, "returns": [float(r) for r in returns],
+           "eval": [float(r) for r in eval_returns], "version": version,
+           "first_step_time": first_step_time}
+    if learner:
+        msg["learner"] = learner
+    return msg
 
 
-def absorb_stats(mon: Monitor, msg: dict[str, Any], version: int) -> bool:
-    """Feed a leaf's stats message into the root's Monitor; False if it was no stats."""
+def absorb_stats(mon: Monitor, msg: dict[str, Any], version: int,
+                 age: Callable[[int], float | None] | None = None, lag: bool = True) -> bool:
+    """Feed a leaf's stats message into the root's Monitor; False if it was no stats.
+
+    The leaf's policy lag is ``version`` (the root's) − the version it acts with, and
+    ``age(its version)`` in seconds where given (a :class:`~archzoo.runlog.VersionClock`'s);
+    ``lag=False`` where the root measures the policy lag itself (A3C's shards)."""
     if msg.get("type") != "stats":
         return False
     mon.add_episodes(msg["returns"])
     mon.add_steps(msg["steps"], msg.get("first_step_time"))
     mon.add_eval(msg["eval"])
-    mon.add_lag(version - msg["version"])
+    if lag and msg.get("version") is not None:
+        v = int(msg["version"])
+        mon.add_lag(version - v, None if age is None else age(v))
+    if msg.get("learner"):
+        mon.add_learner_sums(msg["learner"])
     return True
 
 
@@ -58,13 +75,22 @@ class StatsReporter:
         self.reported_steps = 0
         self.returns: list[float] = []
         self.evals: list[float] = []
+        self.learner: dict[str, list[float]] = {}  # name -> [sum, count] since the report
         self.last = time.time()
 
     def add(self, returns: Sequence[float] = (), evals: Sequence[float] = ()) -> None:
         self.returns.extend(float(r) for r in returns)
         self.evals.extend(float(r) for r in evals)
 
-    def maybe_report(self, env_steps: int, version: int, first_step_time: float,
+    def add_learner(self, stats: dict[str, float]) -> None:
+        """One update's statistics (those of :data:`~archzoo.runlog.LEARNER_STATS`)."""
+        for k, v in stats.items():
+            if k in LEARNER_STATS:
+                acc = self.learner.setdefault(k, [0.0, 0])
+                acc[0] += float(v)
+                acc[1] += 1
+
+    def maybe_report(self, env_steps: int, version: int | None, first_step_time: float | None,
                      max_episodes: int = 300) -> bool:
         """Send what accumulated if it is time (or evaluations wait); True if sent."""
         now = time.time()
@@ -73,23 +99,25 @@ class StatsReporter:
             return False
         self.control.send(self.root, stats_message(env_steps - self.reported_steps,
                                                    self.returns, version, first_step_time,
-                                                   self.evals))
+                                                   self.evals, self.learner))
         self.reported_steps, self.last = env_steps, now
-        self.returns, self.evals = [], []
+        self.returns, self.evals, self.learner = [], [], {}
         return True
 
 
 def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Monitor,
                       serve: Callable[[], bool], version: Callable[[], int],
-                      survivors: Any = None) -> str:
+                      survivors: Any = None, age: Callable[[int], float | None] | None = None,
+                      lag: bool = True) -> str:
     """Rank 0 as a server (a parameter-server shard) that also keeps the learning curve:
     serve, absorb the leaves' stats, log, until the Monitor says stop; returns why.
-    ``survivors``: an actor whose control stream breaks is dropped, not fatal."""
+    ``survivors``: an actor whose control stream breaks is dropped, not fatal. ``age`` and
+    ``lag``: as :func:`absorb_stats`'s."""
     t = ctx.transport
 
     def absorb() -> None:
         for _, msg in control.poll():
-            absorb_stats(mon, msg, version())
+            absorb_stats(mon, msg, version(), age, lag)
 
     stop = None
     while stop is None:
