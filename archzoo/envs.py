@@ -17,6 +17,12 @@ message and in replay, and become float only inside the network.
   as they are: 10×10×C bool grids.
 - ``--env-kwargs`` (a JSON object) go to ``gym.make``, or to ``AtariVectorEnv`` for ALE ids
   (e.g. ``{"repeat_action_probability": 0.0}``).
+- ``render_mode="rgb_array"`` (:func:`make_vector_env`; archzoo/video.py films with it):
+  ``env.render()`` returns each env's own frame (CartPole's cart, MinAtar's grid in colour,
+  the Atari screen). ``AtariVectorEnv`` cannot render, so an ALE id is then one gymnasium
+  ``AtariEnv`` per env (``frameskip=1``) under gymnasium's ``AtariPreprocessing`` and
+  ``FrameStackObservation``, which do the same preprocessing (no-op starts, frame skip with
+  the max over the last two frames, resize, grayscale, zero-padded stack).
 
 The user's own environments come in three forms (:func:`gym_spec`):
 
@@ -312,7 +318,7 @@ def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
 
 
 def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
-          episodic_life: bool, imports: tuple[str, ...] = ()):
+          episodic_life: bool, imports: tuple[str, ...] = (), render_mode: str | None = None):
     gym = _gym(_name(env_id))
     spec = gym_spec(env_id, imports)
     if atari:
@@ -325,9 +331,15 @@ def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
             raise EnvError(f"--env-kwargs: {', '.join(sorted(unknown))} not understood for "
                            f"{env_id} (known: {', '.join(sorted(ATARI_DEFAULTS))}, "
                            "full_action_space, max_num_frames_per_episode)")
+        if render_mode is not None:
+            return gym.vector.SyncVectorEnv(
+                [lambda: _atari_rendered(spec, {**ATARI_DEFAULTS, **kwargs}, render_mode)
+                 for _ in range(num_envs)])
         # lives are tracked by the actor (episodic_life), the game goes on to its end
         return AtariVectorEnv(game=game, num_envs=num_envs, **{**ATARI_DEFAULTS, **kwargs})
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+    if render_mode is not None:
+        kwargs = {**kwargs, "render_mode": render_mode}
     envs = gym.make_vec(spec, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     autoreset = envs.metadata.get("autoreset_mode")
     if autoreset is not None and getattr(autoreset, "name", str(autoreset)) != "NEXT_STEP":
@@ -335,14 +347,42 @@ def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
     return envs
 
 
-def make_vector_env(env: str | EnvSpec, num_envs: int):
+def _atari_rendered(spec: Any, kw: dict[str, Any], render_mode: str):
+    """One ALE game that renders its screen, preprocessed as ``AtariVectorEnv`` does with
+    the options ``kw`` (:data:`ATARI_DEFAULTS` and the user's): its observations are the
+    vector env's, one env at a time."""
+    import gymnasium as gym
+    from gymnasium.wrappers import AtariPreprocessing, ClipReward, FrameStackObservation
+
+    cannot = [k for k, v in (("use_fire_reset", True), ("episodic_life", True),
+                             ("maxpool", False)) if bool(kw[k]) is v]
+    if cannot:
+        raise EnvError(f"{spec.id}: cannot render with --env-kwargs {cannot[0]}="
+                       f"{kw[cannot[0]]} (gymnasium's AtariPreprocessing has no such option)")
+    env = gym.make(spec, frameskip=1, render_mode=render_mode,
+                   repeat_action_probability=kw["repeat_action_probability"],
+                   full_action_space=kw.get("full_action_space", False),
+                   max_num_frames_per_episode=kw.get("max_num_frames_per_episode", 108_000))
+    env = AtariPreprocessing(env, noop_max=kw["noop_max"], frame_skip=kw["frameskip"],
+                             screen_size=(kw["img_width"], kw["img_height"]),
+                             grayscale_obs=kw["grayscale"])
+    if kw["reward_clipping"]:
+        env = ClipReward(env, -1, 1)
+    env = FrameStackObservation(env, kw["stack_num"], padding_type="zero")
+    env.metadata = {**env.metadata, "render_fps": 60 / kw["frameskip"]}  # the game's speed
+    return env
+
+
+def make_vector_env(env: str | EnvSpec, num_envs: int, render_mode: str | None = None):
     """A vector env with next-step autoreset, for an id or an :class:`EnvSpec`.
 
     ALE games run in ale-py's ``AtariVectorEnv`` (C++ threads); other ids use the env's own
     vectorised implementation when it registers one (CartPole does: a numpy batch of all
     envs), else ``SyncVectorEnv`` (one process, envs in a loop); so do a user's factories.
+    ``render_mode`` (``"rgb_array"``) goes to the envs (see the module's docstring for ALE
+    ids); ``render()`` then returns one frame per env.
     """
     if isinstance(env, str):
-        return _make(env, num_envs, {}, is_atari(env), False)
+        return _make(env, num_envs, {}, is_atari(env), False, render_mode=render_mode)
     return _make(env.env_id, num_envs, dict(env.kwargs), env.atari, env.episodic_life,
-                 env.imports)
+                 env.imports, render_mode)
