@@ -181,13 +181,15 @@ class Policy:
 
 def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Policy:
     """The final policy of the run in ``run_dir`` (its policy.pt), rebuilt without the run:
-    any ``--model``, pixel observations included. Raises UsageError if it cannot be."""
+    any ``--model``, pixel observations included. ``run_dir`` may also name a policy file
+    in policy.pt's format (archzoo/video.py films such snapshots). Raises UsageError if it
+    cannot be."""
     import torch
 
     from archzoo.nets import ActorCritic
     from learners.dqn import QNetwork
 
-    path = Path(run_dir) / "policy.pt"
+    path = Path(run_dir) if Path(run_dir).is_file() else Path(run_dir) / "policy.pt"
     if not path.is_file():
         raise UsageError(f"{run_dir}: no policy.pt (not a finished run directory?)")
     saved = torch.load(path, weights_only=True)

@@ -1,4 +1,5 @@
-"""``archzoo eval RUN_DIR``: replay a run's final policy and report its returns."""
+"""``archzoo eval RUN_DIR``: replay a run's final policy and report its returns; with
+``--video FILE.mp4``, film every frame of those episodes (archzoo/video.py)."""
 
 from __future__ import annotations
 
@@ -14,34 +15,33 @@ from archzoo.errors import UsageError
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    video = Path(args.video) if args.video else None
+    if video is not None and video.suffix.lower() != ".mp4":
+        raise UsageError(f"--video {args.video}: the video is an .mp4 file")
     import torch
 
     from archzoo.api import load_policy
-    from archzoo.envs import EnvError, env_spec, make_vector_env
+    from archzoo.envs import EnvError
+    from archzoo.video import play, policy_env
 
     torch.set_num_threads(1)
     run_dir = Path(args.run_dir)
     policy = load_policy(run_dir, greedy=args.greedy, seed=args.seed)
     meta = policy.meta
     try:
-        spec = env_spec(meta["env"], meta.get("env_kwargs") or {},
-                        imports=tuple(meta.get("env_import") or ()))
+        spec = policy_env(meta)
     except EnvError as e:
         raise UsageError(f"{run_dir}: cannot rebuild the policy's env: {e}") from None
-    env = make_vector_env(spec, 1)
-    returns = []
-    for ep in range(args.episodes):
-        obs, _ = env.reset(seed=args.seed + ep)
-        total, done = 0.0, False
-        while not done:
-            obs, r, term, trunc, _ = env.step(policy(obs))
-            total += float(r[0])
-            done = bool(term[0] or trunc[0])
-        returns.append(total)
-    env.close()
+    try:
+        played = play(policy, spec, args.episodes, args.seed, video)
+    except EnvError as e:
+        raise UsageError(f"--video: {e}") from None
+    returns = played.returns
     result = {"run_dir": str(run_dir), "env": meta["env"], "episodes": args.episodes,
               "policy": "greedy" if policy.greedy else "sample",
               "mean_return": float(np.mean(returns)), "min_return": float(np.min(returns)),
-              "max_return": float(np.max(returns))}
+              "max_return": float(np.max(returns)), "episode_lengths": played.lengths}
+    if video is not None:
+        result.update(video=str(video), video_frames=played.frames)
     print(json.dumps(result))
     return 0
