@@ -119,6 +119,9 @@ class RunConfig:
     tensorboard: bool = opt(True, "TensorBoard event files in the run directory's "
                             "tensorboard/ (the metrics.csv columns and summary.json's numbers)",
                             group="run")
+    record_video: float = opt(0.0, "seconds between videos of one greedy episode of the "
+                              "current policy, and one of the final policy at the end, in "
+                              "RUN_DIR/videos/step-ENV_STEPS.mp4 (0 = no videos)", group="run")
     checkpoint_interval: float = opt(300.0, "seconds between checkpoints of the deciding "
                                      "rank (one is also written at every stop)",
                                      group="reliability")
@@ -164,6 +167,7 @@ class RunConfig:
         r.at_least(self, "keep_checkpoints", 1)
         r.at_least(self, "min_actors", 1)
         r.at_least(self, "max_restarts", 0)
+        r.at_least(self, "record_video", 0)
         if self.actors is not None:
             r.at_least(self, "actors", 0)
         if self.straggler is not None:

@@ -291,6 +291,7 @@ class Monitor:
         self.last_heard: dict[int, float] | None = None  # the transport's, for "ranks heard"
         self.progress = Progress(label, quiet)
         self.checkpointer: Any = None  # archzoo.checkpoint.Checkpointer, set by open_run
+        self.videos: Any = None  # archzoo.video.Recorder, set by open_run (--record-video)
         self.resumed_from: dict[str, Any] | None = None
 
     # -- checkpoints ------------------------------------------------------
@@ -454,6 +455,8 @@ class Monitor:
         self.progress.row(row, extra, left, ranks)
         if self.checkpointer is not None and not force:
             self.checkpointer.maybe_save()  # rows come between updates: a consistent state
+        if self.videos is not None and not force:
+            self.videos.maybe_record(self.env_steps)  # saves the policy, films elsewhere
 
     def _report(self, now: float, dt: float, bytes_sent: int, bytes_recv: int):
         """The metrics row since the last one, the time left, the ranks heard."""

@@ -6,7 +6,9 @@ stateful ``parts`` (its learner, ...), checkpoints them with the Monitor's count
 :func:`finish_run` writes the last metrics row, a last checkpoint, summary.json (the fields
 every architecture reports, plus its own) and policy.pt, and closes the directory. When a
 rank fails, :func:`abandon_run` does the same with what the deciding rank has, so a run
-that failed after learning keeps what it learnt and can be resumed.
+that failed after learning keeps what it learnt and can be resumed. With
+``--record-video N`` the Monitor films the policy every N seconds and :func:`finish_run`
+films the final one (archzoo/video.py).
 """
 
 from __future__ import annotations
@@ -72,7 +74,20 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
     mark_started()  # every rank has joined (open_run follows the handshake)
     if parts is not None:
         attach_checkpoints(ctx, mon, parts, policy)
+    if cfg.record_video > 0:
+        from archzoo.video import Recorder
+
+        mon.videos = Recorder(run_dir.path, cfg.record_video, cfg.seed, _current_policy)
     return run_dir, mon
+
+
+def _current_policy() -> tuple[Any, dict[str, Any]] | None:
+    """The open run's policy as it is now (model, metadata), or None if it registered
+    none."""
+    if not _OPEN or _OPEN[-1].policy is None:
+        return None
+    model, meta = _OPEN[-1].policy
+    return (model() if callable(model) and not hasattr(model, "state_dict") else model), meta
 
 
 def attach_checkpoints(ctx: RankContext, mon: Monitor, parts: dict[str, Stateful],
@@ -152,9 +167,7 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     run.run_dir.write_summary(summary)
     wrote.append("summary.json")
     if run.policy is not None:
-        model, meta = run.policy
-        run.run_dir.save_policy(model() if callable(model) and not hasattr(model, "state_dict")
-                                else model, meta)
+        run.run_dir.save_policy(*_current_policy())
         wrote.append("policy.pt")
     run.run_dir.close()
     return wrote
@@ -233,8 +246,10 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
     summary = run_summary(ctx, mon, stop, topology or ctx.cfg.topology or "star", applied,
                           device, updates, breakdown,
                           {**(extra or {}), **per_rank, **_checkpoint_summary(mon)})
-    run_dir.write_summary(summary)
     run_dir.save_policy(policy, meta)
+    if mon.videos is not None:  # after the summary's clock: filming is no part of the run
+        summary.update(mon.videos.finish(run_dir.path / "policy.pt", mon.env_steps))
+    run_dir.write_summary(summary)
     run_dir.close()
     _OPEN.clear()
     return summary
