@@ -127,6 +127,7 @@ def a2c_loss(logits: Tensor, values: Tensor, actions: Tensor, returns: Tensor, v
         "loss": loss.item(),
         "pg_loss": pg_loss.item(),
         "value_loss": value_loss.item(),
+        "baseline_loss": value_loss.item(),  # the value term, under V-trace's name (runlog)
         "entropy": entropy.item(),
         "mean_advantage": _mean_valid(adv, valid).item(),
         "valid_steps": float(valid.sum().item()),

@@ -52,6 +52,29 @@ def load_run(d: Path) -> dict:
     return s
 
 
+def filled(d: Path, col: str) -> list[float]:
+    """The non-empty values of metrics.csv's column ``col``, row by row."""
+    rows = list(csv.DictReader(open(d / "metrics.csv")))
+    assert col in rows[0], f"no column {col} in {d / 'metrics.csv'}"
+    return [float(r[col]) for r in rows if r[col] not in ("", None)]
+
+
+def check_lag_columns(d: Path, prefix: str, seconds: bool = True) -> list[float]:
+    """metrics.csv's ``prefix`` distribution (policy_lag or grad_staleness) is filled and
+    sane: per row 0 <= p50 <= p90 <= max and 0 <= mean <= max in versions, and (with
+    ``seconds``) mean and p90 >= 0 in seconds; returns the rows' means."""
+    rows = [r for r in csv.DictReader(open(d / "metrics.csv")) if r[prefix] not in ("", None)]
+    assert rows, f"{prefix} never filled in {d / 'metrics.csv'}"
+    for r in rows:
+        mean, p50, p90, top = (float(r[prefix + k]) for k in ("", "_p50", "_p90", "_max"))
+        assert 0 <= p50 <= p90 <= top and 0 <= mean <= top, r
+        if seconds:
+            assert float(r[prefix + "_s"]) >= 0 and float(r[prefix + "_s_p90"]) >= 0, r
+    if seconds:
+        assert all(r[prefix + "_s"] not in ("", None) for r in rows), prefix
+    return [float(r[prefix]) for r in rows]
+
+
 def best_return(d: Path) -> float:
     """The best mean return over the last 100 episodes that metrics.csv logged once 100
     episodes had ended. Smoke runs assert learning on it, not on the final window: an

@@ -326,6 +326,7 @@ def test_a2c_loss_terms():
     ent = (np.log(2) + h1) / 2
     assert stats["pg_loss"] == pytest.approx(pg, rel=1e-6)
     assert stats["value_loss"] == pytest.approx(vl, rel=1e-6)
+    assert stats["baseline_loss"] == stats["value_loss"]  # metrics.csv's learner/baseline_loss
     assert stats["entropy"] == pytest.approx(ent, rel=1e-6)
     assert float(loss) == pytest.approx(pg + 0.5 * vl - 0.1 * ent, rel=1e-6)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.mp import describe, run_gloo, run_mpi
-from tests.runs import cli, load_run, solve_either_seed
+from tests.runs import cli, filled, load_run, solve_either_seed
 
 HERE = Path(__file__).resolve().parent
 CASES = str(HERE / "allreduce_cases.py")
@@ -48,6 +48,9 @@ def test_every_topology_ends_where_the_others_do(tmp_path: Path) -> None:
         assert "all-reduce" in s["topology_applied"] and s["all_reduce_rounds"] > 0
         assert set(s["time_breakdown_s"]) == {"worker0", "worker1", "worker2"}
         assert s["learner_updates"] > 20
+        for col in ("loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "lr"):
+            assert filled(d, f"learner/{col}"), col  # every worker's A2C loss terms
+        assert not filled(d, "grad_staleness")  # no parameter server
         got[topology] = (s["learner_updates"], _params(d))
     (n, ring), *others = got.values()
     for m, p in others:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from archzoo.comm.control import control_schema
@@ -15,7 +16,9 @@ from tests.mp import describe, run_mpi
 from tests.runs import (
     RANDOM_RETURN,
     best_return,
+    check_lag_columns,
     cli,
+    filled,
     leaf_counters,
     load_run,
     solve_either_seed,
@@ -47,10 +50,28 @@ def worker_pushes(s: dict, cfg: dict, worker: int) -> int:
     return pushes
 
 
+def check_reports(d: Path, s: dict) -> None:
+    """metrics.csv: each gradient's staleness at shard 0 (versions and seconds), which is
+    also the policy lag; the workers' A2C loss terms, grad norm and the server's lr."""
+    cfg = json.loads((d / "config.json").read_text())
+    staleness = check_lag_columns(d, "grad_staleness")
+    assert check_lag_columns(d, "policy_lag") == staleness  # the same gradients
+    if s["world_size"] == 1 or (s["mode"] == "sync" and not cfg["ps_drop"]):
+        assert set(filled(d, "grad_staleness_max")) == {0.0}  # computed on the current θ
+    assert s["grad_staleness"] == s["policy_lag"] and s["grad_staleness"]["versions"]
+    for col in ("loss", "pg_loss", "entropy", "grad_norm", "lr"):
+        assert filled(d, f"learner/{col}"), col
+    assert all(0 <= h <= np.log(2) + 1e-6 for h in filled(d, "learner/entropy"))
+    assert all(x >= 0 for x in filled(d, "learner/baseline_loss"))
+    assert all(g > 0 for g in filled(d, "learner/grad_norm"))
+    assert set(filled(d, "learner/lr")) == {round(float(np.float32(cfg["lr"])), 5)}
+
+
 def check(d: Path, backend: str, world: int, shards: int) -> dict:
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"]) == ("a3c", backend, world)
     assert s["env_steps"] >= 120000 and best_return(d) > RANDOM_RETURN + 10
+    check_reports(d, s)
     if world > 1:
         cfg = json.loads((d / "config.json").read_text())
         assert s["ps_shards"] == shards and set(s["ps"]) == {str(r) for r in range(shards)}

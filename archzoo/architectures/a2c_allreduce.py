@@ -77,6 +77,7 @@ class Worker:
         self.env_steps = 0
         self.first_step_time = time.time()
         self.timers = Timers()
+        self.stats: dict[str, float] = {}  # the last gradient's (learners/a2c.py), with lr
 
     def round(self, stop: bool) -> tuple[np.ndarray, int, bool]:
         """Collect a segment, all-reduce its gradient (with rank 0's ``stop``) and apply the
@@ -85,7 +86,8 @@ class Worker:
         seg = self.actor.collect()
         self.env_steps += seg.num_steps
         with self.timers("gradient"):
-            self.grad, _ = a2c_gradient(self.model, seg, self.a2c)
+            self.grad, stats = a2c_gradient(self.model, seg, self.a2c)
+        self.stats = {**stats, "lr": float(self.opt.lr)}
         self.total[:-1] = self.grad
         self.total[-1] = 1.0 if stop else 0.0
         with self.timers("all_reduce"):
@@ -167,6 +169,7 @@ def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker, control: Contr
             break
         mon.add_steps(steps * worker.workers, worker.first_step_time)  # every rank's segment
         mon.add_episodes(returns)
+        mon.add_learner_stats(worker.stats)
         for _, msg in control.poll():
             harness.absorb_stats(mon, msg, worker.updates)
         mon.updates = worker.updates
@@ -196,6 +199,7 @@ def run_other(ctx: RankContext, worker: Worker, control: ControlChannel) -> None
         if stopped:
             break
         reporter.add(returns)
+        reporter.add_learner(worker.stats)
         reporter.maybe_report(0, worker.updates, worker.first_step_time)
     timing = worker.timing(ctx.transport)
     harness.finish_leaf(ctx, control, lc, 0, {"timing": timing,

@@ -15,6 +15,10 @@ the learning curve and decides when to stop), ranks K.. are actor-learners.
   dropping those more than ``--staleness`` versions old). ``--mode sync`` (A2C): each
   round waits for W − ``--ps-drop`` workers, averages in rank order and applies once.
 - ``--actors 0``: one actor-learner and the same update rule in one process.
+- Reported (metrics.csv): shard 0 measures each gradient's staleness (its version when the
+  gradient arrives − the version the worker acted and computed it with, in versions and
+  seconds), which is both ``grad_staleness`` and ``policy_lag``; the workers add their A2C
+  loss terms and gradient norms (before clipping) to their episode reports.
 - ``--mode sync --topology ring|tree|butterfly|native``: A2C without a server, the workers
   all-reducing their gradients (archzoo/architectures/a2c_allreduce.py).
 """
@@ -69,11 +73,19 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
                          harness.actor_seed(cfg.seed, 0))
     a2c = builders.a2c_loss_config(cfg)
+    lr = float(state.optimizer.lr)
+
+    def on_push(worker: int, staleness: int, age_s: float | None) -> None:
+        mon.add_staleness(staleness, age_s)  # 0 versions here: one actor-learner
+        mon.add_lag(staleness, age_s)
+
+    state.on_push = on_push
     first = time.time()
     stop = None
     while stop is None:
         seg = actor.collect()
-        grad, _ = a2c_gradient(model, seg, a2c)
+        grad, stats = a2c_gradient(model, seg, a2c)
+        mon.add_learner_stats({**stats, "lr": lr})
         state.push(0, state.version, grad)
         set_flat(model, state.params)
         mon.add_steps(seg.num_steps, first)
@@ -137,13 +149,14 @@ def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list
             break
         seg = actor.collect()
         t0 = time.perf_counter()
-        grad, _ = a2c_gradient(model, seg, a2c)
+        grad, stats = a2c_gradient(model, seg, a2c)
         t1 = time.perf_counter()
         params, versions = client.exchange(grad)  # push θ′'s gradient, get fresh θ
         set_flat(model, params)
         update_s += t1 - t0
         comm_s += time.perf_counter() - t1
         reporter.add(seg.ep_returns)
+        reporter.add_learner(stats)  # shard 0 adds its learning rate
         reporter.maybe_report(actor.env_steps, int(versions[0]), first)
     client.close()
     actor.close()

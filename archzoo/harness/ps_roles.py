@@ -51,7 +51,7 @@ class ShardRun:
 def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], model: Any,
                meta: dict[str, Any], shards: list[int], actors: list[int],
                eval_window: int | None = None, publisher: Any = None,
-               publish_every: int = 1) -> ShardRun | None:
+               publish_every: int = 1, lag_from: str = "gradients") -> ShardRun | None:
     """Serve this rank's slice until the stop; on shard 0 return the run's outcome.
 
     ``model`` (with ``meta``) is the network the parameters belong to; ``actors`` the
@@ -60,7 +60,17 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
     keeps it as policy.pt. ``publisher`` (one shard only: a
     :class:`~archzoo.topology.broadcast.ParamsBroadcast`) also pushes the parameters to
     the actors every ``publish_every`` versions, over the run's topology (Gorila's actors
-    with ``--topology tree``)."""
+    with ``--topology tree``).
+
+    Shard 0 measures every gradient's staleness (its version when the gradient arrives −
+    the version it was computed on, and that version's age in seconds) into the Monitor's
+    ``grad_staleness`` and reports its optimizer's learning rate per gradient. The policy
+    lag comes, by ``lag_from``, from the ``"gradients"`` (A3C: a worker acts and computes
+    its gradient with the same parameters, so its gradient's staleness is its policy lag)
+    or from the ``"actors"``' reports (Gorila: the shard's version − the version an actor
+    acts with, and that version's age)."""
+    if lag_from not in ("gradients", "actors"):
+        raise ValueError(f"lag_from must be 'gradients' or 'actors', got {lag_from!r}")
     n_params = num_params(model)
     cfg, t = ctx.cfg, ctx.transport
     bounds = shard_bounds(n_params, len(shards))
@@ -99,6 +109,16 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
     survivors = Survivors(0, actors if cfg.mode == "async" else [], cfg.min_actors,
                           mon.elapsed)
     survivors.on_drop(control.drop)
+    lr = getattr(shard.state.optimizer, "lr", None)
+
+    def on_push(worker: int, staleness: int, age_s: float | None) -> None:
+        mon.add_staleness(staleness, age_s)
+        if lag_from == "gradients":
+            mon.add_lag(staleness, age_s)
+        if lr is not None:
+            mon.add_learner_stats({"lr": float(lr)})
+
+    shard.state.on_push = on_push
     serve, outstanding = shard.serve, lambda: shard.run(timeout_s=cfg.comm_timeout)
     if publisher is not None:
         survivors.on_drop(publisher.drop)
@@ -117,7 +137,9 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
         def outstanding() -> None:  # noqa: F811 - the tree's final version too
             shard.run(timeout_s=cfg.comm_timeout)
             publisher.wait_all(cfg.comm_timeout)
-    stop = serve_and_monitor(ctx, control, mon, serve, lambda: shard.version, survivors)
+    stop = serve_and_monitor(ctx, control, mon, serve, lambda: shard.version, survivors,
+                             age=lambda v: shard.state.clock.age(v),
+                             lag=lag_from == "actors")
     byes = finish_root(ctx, control, leaves, drain=serve, outstanding=outstanding,
                        survivors=survivors)
     final = params_schema(n_params).new()
