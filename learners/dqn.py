@@ -99,6 +99,22 @@ def _td_loss(online: nn.Module, target: nn.Module, b: dict[str, Tensor],
     return per_item.mean(), q_sa, y
 
 
+def update_stats(loss: Tensor, q_sa: Tensor, td: np.ndarray, grad_norm: float,
+                 weights: np.ndarray | Tensor | None = None) -> dict[str, float]:
+    """What one double-DQN update reports (archzoo.runlog.LEARNER_STATS), for Ape-X's learner
+    and Gorila's alike: the loss, mean Q(s, a), the gradient norm before clipping, the
+    batch's mean and max TD error |δ| (the new priorities) and, given prioritized replay's
+    importance-sampling ``weights``, their mean."""
+    stats = {"loss": float(loss.detach()), "mean_q": float(q_sa.detach().mean()),
+             "grad_norm": float(grad_norm),
+             "td_abs_mean": float(td.mean()) if td.size else 0.0,
+             "td_abs_max": float(td.max()) if td.size else 0.0}
+    if weights is not None:
+        w = weights.detach().cpu().numpy() if isinstance(weights, Tensor) else weights
+        stats["is_weight_mean"] = float(np.asarray(w, np.float64).mean())
+    return stats
+
+
 def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.ndarray | Tensor],
                  weights: np.ndarray | Tensor | None = None, huber_delta: float = 1.0,
                  max_grad_norm: float | None = 10.0) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -106,7 +122,8 @@ def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.nd
 
     Gorila (Nair et al. 2015): a learner computes the gradient with its
     online network and a target network that follows the server, and pushes it. Returns
-    (float32 gradient in ``parameters()`` order, clipped on the client; |δ| per item; stats).
+    (float32 gradient in ``parameters()`` order, clipped on the client; |δ| per item;
+    :func:`update_stats`).
     """
     params = list(online.parameters())
     device = params[0].device
@@ -117,9 +134,8 @@ def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.nd
     if max_grad_norm is not None and norm > max_grad_norm:
         flat = flat * (max_grad_norm / norm)
     td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
-    stats = {"loss": float(loss.detach()), "mean_q": float(q_sa.detach().mean()),
-             "grad_norm": norm}
-    return flat.cpu().numpy().astype(np.float32), td, stats
+    return (flat.cpu().numpy().astype(np.float32), td,
+            update_stats(loss, q_sa, td, norm, weights))
 
 
 @torch.no_grad()
@@ -200,12 +216,8 @@ class DQNLearner:
         if self.version % self.cfg.target_update_period == 0:
             self.target.load_state_dict(self.model.state_dict())
         td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
-        stats = {"loss": float(loss.detach()), "mean_q": float(q_sa.detach().mean()),
-                 "grad_norm": float(grad_norm), "lr": self.opt.param_groups[0]["lr"],
-                 "td_abs_mean": float(td.mean()) if td.size else 0.0,
-                 "td_abs_max": float(td.max()) if td.size else 0.0}
-        if weights is not None:  # prioritized replay's importance-sampling weights
-            stats["is_weight_mean"] = float(np.asarray(weights, np.float64).mean())
+        stats = {**update_stats(loss, q_sa, td, float(grad_norm), weights),
+                 "lr": self.opt.param_groups[0]["lr"]}
         self.update_s += time.perf_counter() - t0
         return td, stats
 

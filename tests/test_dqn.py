@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from learners.dqn import DQNConfig, DQNLearner, QNetwork, double_dqn_targets, initial_priorities
+from learners.dqn import (
+    DQNConfig,
+    DQNLearner,
+    QNetwork,
+    double_dqn_targets,
+    dqn_gradient,
+    initial_priorities,
+)
 
 CPU = torch.device("cpu")
 
@@ -91,7 +98,19 @@ def test_loss_gradient_and_priorities_match_hand_computation(dueling: bool) -> N
     before = [p.detach().clone() for p in learner.model.parameters()]
 
     np.testing.assert_allclose(learner.td_abs(b), delta.abs().detach().numpy(), rtol=1e-5)
+    # Gorila's learner: the same gradient, not applied, and the same statistics (one
+    # function, learners.dqn.update_stats, makes both)
+    _, td_g, stats_g = dqn_gradient(copy.deepcopy(learner.model), learner.target, b, w,
+                                    huber_delta=0.5, max_grad_norm=1e9)
     td, stats = learner.update(b, w)
+    assert set(stats) == {*stats_g, "lr"} and stats["lr"] == 0.1
+    for k, v in stats_g.items():
+        assert stats[k] == pytest.approx(v, rel=1e-5), k
+    np.testing.assert_allclose(td_g, td, rtol=1e-6)
+    d = delta.abs().detach().numpy()
+    assert stats["td_abs_mean"] == pytest.approx(float(d.mean()), rel=1e-5)
+    assert stats["td_abs_max"] == pytest.approx(float(d.max()), rel=1e-5)
+    assert stats["is_weight_mean"] == pytest.approx(float(w.mean()), rel=1e-6)
     assert td.dtype == np.float32 and td.shape == (6,)
     np.testing.assert_allclose(td, delta.abs().detach().numpy(), rtol=1e-5, atol=1e-6)
     assert stats["loss"] == pytest.approx(float(loss.detach()), rel=1e-5)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.mp import describe, run_mpi
-from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
+from tests.runs import (
+    RANDOM_RETURN,
+    check_lag_columns,
+    cli,
+    filled,
+    load_run,
+    solve_either_seed,
+    torchrun,
+)
 
 SMOKE = ["--total-steps", "60000", "--quiet", "--seed", "1", "--log-interval", "0.5",
          "--learning-starts", "1000"]
@@ -25,7 +34,25 @@ def check(d: Path, backend: str, world: int, shards: int, learners: int) -> dict
         for st in s["ps"].values():  # async server: applied = pushed - dropped
             assert st["applied"] == st["pushed"] - st["dropped_stale"]
         assert len([r for r in s["time_breakdown_s"] if r.startswith("learner")]) == learners
+        check_reports(d, s, learners)
     return s
+
+
+def check_reports(d: Path, s: dict, learners: int) -> None:
+    """metrics.csv: the learners' gradients' staleness at shard 0, the actors' policy lag
+    (versions and seconds), and the learners' double-DQN statistics as Ape-X's."""
+    staleness = check_lag_columns(d, "grad_staleness")
+    if learners == 1:  # one learner: every gradient is computed on the current version
+        assert set(staleness) == {0.0}
+    check_lag_columns(d, "policy_lag")
+    assert s["grad_staleness"]["versions"] and s["policy_lag"]["seconds"]
+    mean, top = filled(d, "learner/td_abs_mean"), filled(d, "learner/td_abs_max")
+    assert mean and len(mean) == len(top)
+    assert all(t >= m >= 0 for m, t in zip(mean, top, strict=True))
+    assert all(g > 0 for g in filled(d, "learner/grad_norm")) and filled(d, "learner/mean_q")
+    lr = json.loads((d / "config.json").read_text())["lr"]  # the shards' Adam's
+    assert filled(d, "learner/loss") and set(filled(d, "learner/lr")) == {round(lr, 5)}
+    assert not filled(d, "learner/is_weight_mean")  # uniform replay: no weights
 
 
 # --actors 2 (world 5) is test_torchrun's run (the launcher changes nothing else)

@@ -13,6 +13,12 @@ uniform unless ``--prioritized``), then ``--learners L`` learners, then the acto
   parameters back. The shards apply gradients asynchronously (optionally dropping stale
   ones, ``--staleness``).
 - Greedy evaluation (as in Ape-X) decides "solved".
+- Reported (metrics.csv): shard 0 measures each learner gradient's staleness
+  (``grad_staleness``: its version when the gradient arrives − the version the learner
+  computed it on, in versions and seconds); ``policy_lag`` is the actors' (shard 0's
+  version when an actor reports − the version it acts with, and that version's age); the
+  learners add their updates' statistics (:func:`learners.dqn.update_stats`, as Ape-X's
+  learner) to reports of their own.
 """
 
 from __future__ import annotations
@@ -109,7 +115,8 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), model,
                      builders.policy_meta(cfg, spec), shards,
                      actors=actors, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
-                     publisher=publisher, publish_every=cfg.publish_every)
+                     publisher=publisher, publish_every=cfg.publish_every,
+                     lag_from="actors")
     if end is None:
         return None
     set_flat(model, end.final["params"])
@@ -167,6 +174,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
                                   cfg.prioritized, harness.SAMPLE_TAGS,
                                   harness.actor_seed(cfg.seed, ctx.rank),
                                   obs_dtype=spec.obs_dtype)
+    reporter = harness.StatsReporter(control, 0)  # its updates' statistics (no episodes)
     steps = 0
     grad_s = 0.0
     try:
@@ -176,9 +184,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
             batch = samples.receive(on_poll=lc.raise_if_stopped)
             samples.request(on_poll=lc.raise_if_stopped)  # prefetch while computing
             t0 = time.perf_counter()
-            grad, td, _ = dqn_gradient(online, target, batch.data, batch.weights,
-                                       max_grad_norm=cfg.max_grad_norm)
+            grad, td, stats = dqn_gradient(online, target, batch.data, batch.weights,
+                                           max_grad_norm=cfg.max_grad_norm)
             grad_s += time.perf_counter() - t0
+            reporter.add_learner(stats)  # shard 0 adds its learning rate
+            reporter.maybe_report(0, None, None)
             samples.update_priorities(batch, td)
             params, versions = ps.exchange(grad)
             set_flat(online, params)
@@ -198,10 +208,11 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     cfg, t = ctx.cfg, ctx.transport
     i = actors.index(ctx.rank)
     model = builders.q_network(cfg, spec)
-    control, lc, ps, _, _ = _join(ctx, spec, shards, model)
+    control, lc, ps, _, versions = _join(ctx, spec, shards, model)
     eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
     actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
                             harness.actor_seed(cfg.seed, ctx.rank))
+    actor.version = int(versions[0])  # shard 0's version: its clock gives the lag's age
     evaluator = GreedyEvaluator(spec, cfg.eval_episodes,
                                 harness.evaluator_seed(cfg.seed, ctx.rank))
     out = DoubleBuffer(t, builders.transitions(cfg, spec), replay,
