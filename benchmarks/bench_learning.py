@@ -69,6 +69,7 @@ class Setup:
     name: str
     arch: str
     flags: tuple[str, ...]
+    baseline: str | None = None  # the setup's own single-process run (--own-baselines)
 
     @property
     def preset(self) -> str:
@@ -76,17 +77,27 @@ class Setup:
         return "minatar"
 
 
-def make_setups(archs: Iterable[str], reference: bool,
-                variants: Iterable[str] = ()) -> list[Setup]:
+def make_setups(archs: Iterable[str], reference: bool, variants: Iterable[str] = (),
+                own_baselines: bool = False) -> list[Setup]:
     """Each architecture with ``--actors 2``, each of those again per variant ("NAME=FLAGS":
-    more flags, e.g. "clip=--clip-ratio 0.2"), then the single-process reference."""
-    out = [Setup(f"{a} ({ACTORS} actors)", a, ("--actors", str(ACTORS))) for a in archs]
-    for v in variants:
-        name, _, flags = v.partition("=")
-        out += [Setup(f"{a} ({ACTORS} actors, {name})", a,
-                      (*shlex.split(flags), "--actors", str(ACTORS))) for a in archs]
-    if reference:
-        out.append(Setup(REFERENCE, "impala", ("--actors", "0")))
+    more flags, e.g. "clip=--clip-ratio 0.2"), then the single-process reference. With
+    ``own_baselines`` every such setup also runs as one process (``--actors 0``, same preset
+    and flags), the baseline it is judged against."""
+    families = [("", ())] + [(f", {n}", tuple(shlex.split(f)))
+                             for n, _, f in (v.partition("=") for v in variants)]
+    reference_setup = Setup(REFERENCE, "impala", ("--actors", "0"))
+    out = []
+    for suffix, flags in families:
+        for a in archs:
+            base = (reference_setup if (a, flags) == ("impala", ()) else
+                    Setup(f"{a} (1 process{suffix})", a, (*flags, "--actors", "0")))
+            out.append(Setup(f"{a} ({ACTORS} actors{suffix})", a,
+                             (*flags, "--actors", str(ACTORS)),
+                             base.name if own_baselines else None))
+            if own_baselines and base not in out:
+                out.append(base)
+    if reference and reference_setup not in out:
+        out.append(reference_setup)
     return out
 
 
@@ -304,21 +315,26 @@ def median_final(runs: list[dict]) -> float | None:
     return statistics.median(finals) if finals else None
 
 
-def summary_table(by_setup: dict[str, list[dict]], seeds: int,
-                  random_mean: float | None) -> str:
-    """Median over seeds of the final window per setup, beside the single-process reference
-    and a random policy."""
+def summary_table(by_setup: dict[str, list[dict]], seeds: int, random_mean: float | None,
+                  baselines: dict[str, str | None] | None = None) -> str:
+    """Median over seeds of the final window per setup, beside its own single-process
+    baseline (``--own-baselines``), the single-process reference and a random policy."""
+    baselines = baselines or {}
     ref = median_final(by_setup.get(REFERENCE, []))
     rows = []
     for name, runs in by_setup.items():
         med = median_final(runs)
+        own_name = baselines.get(name)
+        own = median_final(by_setup.get(own_name, [])) if own_name else None
         ok = sum(1 for r in runs if not r.get("error"))
         ratio = med / ref if med is not None and ref not in (None, 0) else None
-        rows.append([name, f"{ok}/{seeds}", fmt(med), fmt(ref), fmt(ratio),
-                     fmt(random_mean)])
-    header = ["setup", "seeds run", "median final window", "single process (reference)",
-              "× reference", f"random policy ({RANDOM_EPISODES} episodes)"]
-    return table(header, ["---", "---:", "---:", "---:", "---:", "---:"], rows)
+        own_ratio = med / own if med is not None and own not in (None, 0) else None
+        rows.append([name, f"{ok}/{seeds}", fmt(med), fmt(own), fmt(own_ratio), fmt(ref),
+                     fmt(ratio), fmt(random_mean)])
+    header = ["setup", "seeds run", "median final window", "own single process",
+              "× own", "single process (reference)", "× reference",
+              f"random policy ({RANDOM_EPISODES} episodes)"]
+    return table(header, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], rows)
 
 
 # --- figures ------------------------------------------------------------------------------
@@ -455,7 +471,8 @@ def report(args: argparse.Namespace, setups: list[Setup], data: dict[str, Any],
             parts.append(f"![{game} learning curves]({figures.name}/{name})\n")
         runs = [r for rs in by_setup.values() for r in rs]
         parts.append(runs_table(runs, tuple(args.at), args.collapse_threshold) + "\n")
-        parts.append(summary_table(by_setup, len(args.seeds), rand[game]) + "\n")
+        parts.append(summary_table(by_setup, len(args.seeds), rand[game],
+                                   {s.name: s.baseline for s in setups}) + "\n")
     return "\n".join(parts)
 
 
@@ -487,6 +504,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                    help="each architecture again with more flags, e.g. "
                    "'clip=--clip-ratio 0.2' (repeatable)")
+    p.add_argument("--own-baselines", action="store_true",
+                   help="also run every setup as one process (--actors 0), its own baseline")
     p.add_argument("--no-reference", action="store_true",
                    help=f"leave out the reference setup, {REFERENCE}")
     p.add_argument("--games", nargs="*", default=list(GAMES))
@@ -506,7 +525,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    setups = make_setups(args.archs, not args.no_reference, args.variant)
+    setups = make_setups(args.archs, not args.no_reference, args.variant, args.own_baselines)
     data = load_results(args.results)
     run_grid(args, setups, data)
     if args.dry_run:
