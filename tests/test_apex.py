@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from tests.mp import describe, run_gloo, run_mpi
-from tests.runs import RANDOM_RETURN, cli, load_run, solve_either_seed, torchrun
+from tests.runs import (
+    RANDOM_RETURN,
+    check_lag_columns,
+    cli,
+    filled,
+    load_run,
+    solve_either_seed,
+    torchrun,
+)
 
 SMOKE = ["--total-steps", "40000", "--log-interval", "0.5", "--quiet", "--seed", "1",
          "--comm-timeout", "30", "--learning-starts", "1000"]
@@ -39,6 +47,19 @@ def check(d: Path, *, backend: str, world_size: int, shards: int) -> dict:
         for st in s["replay"].values():
             assert st["sampled"] - 2 * batch <= st["priority_updates"] <= st["sampled"], st
             assert 0 < st["priorities_applied"] <= st["priority_updates"], st
+        # the actors' policy lag: the learner's version at their report − the version they
+        # act with, and how long ago the learner published that version
+        check_lag_columns(d, "policy_lag")
+        assert s["policy_lag"]["seconds"]
+    else:
+        assert not filled(d, "policy_lag")  # one process: the actor acts with the learner's
+    # the learner's double-DQN statistics (learners/dqn.py's update_stats)
+    mean, top = filled(d, "learner/td_abs_mean"), filled(d, "learner/td_abs_max")
+    assert mean and len(mean) == len(top)
+    assert all(t >= m >= 0 for m, t in zip(mean, top, strict=True))
+    assert all(0 < w <= 1 for w in filled(d, "learner/is_weight_mean"))  # w / max w
+    assert filled(d, "learner/mean_q") and all(g >= 0 for g in filled(d, "learner/grad_norm"))
+    assert not filled(d, "grad_staleness")  # no parameter server
     return s
 
 

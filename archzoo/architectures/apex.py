@@ -11,6 +11,9 @@ K = 0 the replay lives in the learner); the remaining ranks are actors.
 - The learner samples (prefetching the next batch while it trains), takes a double-DQN
   step on n-step targets weighted by importance weights, and sends the new priorities
   back; it broadcasts parameters over the star. "Solved" uses the greedy evaluation.
+- Reported (metrics.csv): the learner's update statistics (:func:`learners.dqn.update_stats`)
+  and the actors' policy lag: the learner's version when an actor reports − the version it
+  acts with, and how long ago the learner published that version.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
-from archzoo.runlog import Timers
+from archzoo.runlog import Timers, VersionClock
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
 from replay.keeper import ReplayKeeper
@@ -101,6 +104,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
                                     policy=(learner.model, builders.policy_meta(cfg, spec)))
     timers = Timers()
     get_flat(learner.model, publisher.latest["params"])
+    published = VersionClock(learner.version)  # when each version went to the actors
     publisher.publish(learner.version)
 
     def take_inserts(force: bool = False) -> None:
@@ -113,7 +117,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
 
     def take_stats() -> None:
         for _, msg in control.poll():
-            harness.absorb_stats(mon, msg, learner.version)
+            harness.absorb_stats(mon, msg, learner.version, published.age)
 
     survivors = harness.Survivors(ctx.rank, actors, cfg.min_actors, mon.elapsed)
     for component in (control, publisher, inserts):
@@ -141,6 +145,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
         if learner.version % cfg.publish_every == 0:
             with timers("comm"):
                 get_flat(learner.model, publisher.latest["params"])
+                published.mark(learner.version)
                 survivors.guard(lambda: publisher.publish(learner.version),
                                 "sending parameters")
         service()
