@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from archzoo.architectures.gala import neighbour_distance, ring_neighbours
 from tests.mp import describe, run_mpi
-from tests.runs import RANDOM_RETURN, best_return, cli, load_run, solve_either_seed
+from tests.runs import RANDOM_RETURN, best_return, cli, filled, load_run, solve_either_seed
 
 SMOKE = ["--total-steps", "150000", "--quiet", "--seed", "2", "--log-interval", "0.5"]
 
@@ -25,7 +27,34 @@ def check(d: Path, backend: str, agents: int) -> dict:
         # the last round's stop flag follows a gossip average; on a ring of 2 or 3 agents
         # that average is every agent's mean, so all end with the same parameters
         assert 0.0 <= s["consensus_distance"] < 1e-6, s["consensus_distance"]
+        # metrics.csv: rank 0's distance to its neighbours' mean at each gossip round
+        dist = filled(d, "consensus_distance")
+        assert dist and all(np.isfinite(x) and x >= 0 for x in dist), dist
+        assert max(dist) > 0  # the agents' local steps move them apart between rounds
+    else:
+        assert not filled(d, "consensus_distance")
+    for col in ("loss", "pg_loss", "baseline_loss", "entropy", "grad_norm", "lr"):
+        assert filled(d, f"learner/{col}"), col  # every agent's A2C loss terms
+    assert all(0 <= h <= np.log(2) + 1e-6 for h in filled(d, "learner/entropy"))
     return s
+
+
+def test_neighbour_distance_is_the_distance_to_the_neighbours_mean() -> None:
+    """Recovered from one gossip average (archzoo/topology/ring.py's, in float32), the
+    distance matches numpy's on the parameter vectors themselves: 3 or more agents (two
+    neighbours), and 2 (one)."""
+    rng = np.random.default_rng(0)
+    x, left, right = (rng.normal(size=1000).astype(np.float32) for _ in range(3))
+    after = (left + x + right) / np.float32(3)
+    want = np.linalg.norm(x.astype(np.float64) - (left.astype(np.float64) + right) / 2)
+    assert neighbour_distance(x, after, ring_neighbours(3)) == pytest.approx(want, rel=1e-5)
+    after2 = (x + left) / np.float32(2)
+    want2 = np.linalg.norm(x.astype(np.float64) - left)
+    assert neighbour_distance(x, after2, ring_neighbours(2)) == pytest.approx(want2, rel=1e-5)
+    assert neighbour_distance(x, x.copy(), 2) == 0.0  # in consensus
+    assert ring_neighbours(5) == 2 and ring_neighbours(2) == 1 and ring_neighbours(1) == 0
+    with pytest.raises(ValueError, match="neighbours"):
+        neighbour_distance(x, x, 0)
 
 
 @pytest.mark.parametrize("agents", [0, 3])

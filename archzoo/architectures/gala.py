@@ -11,6 +11,10 @@ and a one-element stop flag that rank 0 broadcasts along the ring at each gossip
 
 Role map: every rank is an agent; rank 0 also keeps the learning curve and decides when
 to stop. ``--actors 0`` (or 1) is one agent with no transport.
+
+Reported (metrics.csv): every agent's A2C loss terms (the others' ride with their episode
+reports) and, at each gossip round, rank 0's consensus distance: the L2 distance between
+its parameters and the mean of its ring neighbours' (:func:`neighbour_distance`).
 """
 
 from __future__ import annotations
@@ -53,29 +57,43 @@ class Agent:
         self.updates = 0
         self.steps_last = 0
         self.first_step_time = time.time()
+        self.stats: dict[str, float] = {}  # the last update's (learners/a2c.py), with lr
+        self.distances: list[float] = []  # measured consensus distances not yet logged
 
     def step(self) -> np.ndarray:
         """One segment and one local A2C update; returns the finished episodes' returns."""
         seg = self.actor.collect()
         with self.timers("update"):
-            grad, _ = a2c_gradient(self.model, seg, self.a2c)
+            grad, stats = a2c_gradient(self.model, seg, self.a2c)
             set_flat_grad(self.model, grad)
             self.opt.step()
+        self.stats = {**stats, "lr": self.opt.param_groups[0]["lr"]}
         self.updates += 1
         self.steps_last = seg.num_steps
         return seg.ep_returns
 
-    def gossip(self, ring, stop_flag: np.ndarray, root: int) -> bool:
+    def gossip(self, ring, stop_flag: np.ndarray, root: int, measure: bool = False) -> bool:
         """Every ``--gossip-every`` updates: average with the neighbours (GALA Algorithm 1,
-        line 8) and learn rank 0's stop decision. True when the run stops."""
+        line 8) and learn rank 0's stop decision. True when the run stops. ``measure``:
+        keep the round's :func:`neighbour_distance` in ``distances``."""
         if self.updates % self.cfg.gossip_every:
             return False
         with self.timers("comm"):
             get_flat(self.model, self.flat)
+            before = self.flat.copy() if measure else None
             ring.gossip_average(self.flat)
             set_flat(self.model, self.flat)
             ring.broadcast(stop_flag, root)
+        if before is not None and ring.size > 1:
+            self.distances.append(neighbour_distance(before, self.flat,
+                                                     ring_neighbours(ring.size)))
         return bool(stop_flag[0])
+
+    def window(self) -> dict[str, float | None]:
+        """The metrics row's ``consensus_distance``: the mean over the rounds since the
+        last row."""
+        d, self.distances = self.distances, []
+        return {"consensus_distance": round(float(np.mean(d)), 6) if d else None}
 
     # -- checkpoints: rank 0's agent --------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -105,6 +123,23 @@ class Agent:
                 "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s if t else 0.0}
 
 
+def ring_neighbours(n: int) -> int:
+    """How many distinct neighbours an agent has on a ring of ``n``: 2, or 1 for two agents,
+    or none alone."""
+    return min(2, n - 1)
+
+
+def neighbour_distance(before: np.ndarray, after: np.ndarray, neighbours: int) -> float:
+    """‖x − m‖₂: the L2 distance between an agent's parameters x (``before`` a gossip round)
+    and the mean m of its ``neighbours`` ring neighbours' x_j, taken from the round's
+    average x' = (x + Σ_j x_j)/(k + 1) (``after``; k = ``neighbours``) with no other message:
+    x − m = (k + 1)/k · (x − x'). Exact up to the float32 rounding of x'."""
+    if neighbours < 1:
+        raise ValueError(f"neighbours must be >= 1, got {neighbours}")
+    diff = np.asarray(before, np.float64) - np.asarray(after, np.float64)
+    return float((neighbours + 1) / neighbours * np.linalg.norm(diff))
+
+
 def consensus_distance(ring, model: torch.nn.Module) -> float | None:
     """At the end, on rank 0: max_i ‖x_i − x̄‖ / ‖x̄‖ over the agents' parameters x_i (GALA's
     consensus distance; after a gossip round on a ring of 2 or 3 agents it is 0 up to
@@ -131,6 +166,7 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
     mon.add_steps(agent.steps_last, agent.first_step_time)
     mon.add_episodes(returns)
+    mon.add_learner_stats(agent.stats)
     mon.updates = agent.updates
 
 
@@ -179,6 +215,7 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                                     policy=(agent.model, builders.policy_meta(ctx.cfg, spec)))
     if ctx.cfg.resume is not None:
         agent.share_resumed(t)
+    mon.extra = agent.window
     stop_flag = np.zeros(1, np.float64)
     while True:
         _feed(mon, agent, agent.step())
@@ -187,7 +224,7 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         mon.maybe_log(*harness.byte_totals(t))
         stop = mon.check_stop()
         stop_flag[0] = 1.0 if stop is not None else 0.0
-        if agent.gossip(ring, stop_flag, 0):
+        if agent.gossip(ring, stop_flag, 0, measure=True):
             break
     rounds = ring.rounds
     consensus = consensus_distance(ring, agent.model)
@@ -209,6 +246,7 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
     stop_flag = np.zeros(1, np.float64)
     while True:
         reporter.add(agent.step())
+        reporter.add_learner(agent.stats)
         reporter.maybe_report(agent.actor.env_steps, agent.updates, agent.first_step_time)
         if agent.gossip(ring, stop_flag, 0):
             break
