@@ -81,3 +81,26 @@ def test_monitor_state_keeps_both_distributions() -> None:
     c = Monitor(None, None, None, None, 1.0, "x", quiet=True)
     c.load_state_dict(old)  # a checkpoint from before grad_staleness
     assert c.staleness_summary() == {"versions": {}, "seconds": {}} and c.lag_mean == 2.0
+
+
+def test_every_new_column_reaches_tensorboard(tmp_path: Path) -> None:
+    """TensorBoard takes metrics.csv's columns through one path (RunDir.metrics_row): the
+    staleness distribution, an A2C learner's terms and GALA's consensus distance too."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = RunDir(tmp_path, {"tensorboard": True})
+    mon = Monitor(run_dir, None, None, None, 60.0, "x", quiet=True)
+    mon.add_steps(100)
+    mon.add_staleness(2, 0.5)
+    mon.add_learner_stats({"pg_loss": -0.25, "td_abs_max": 3.0})
+    mon.extra = lambda: {"consensus_distance": 0.125}
+    mon.maybe_log(force=True)
+    run_dir.close()
+    ea = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    ea.Reload()
+    for col, want in (("grad_staleness", 2.0), ("grad_staleness_max", 2.0),
+                      ("grad_staleness_s", 0.5), ("learner/pg_loss", -0.25),
+                      ("learner/td_abs_max", 3.0), ("consensus_distance", 0.125)):
+        (event,) = ea.Scalars(f"metrics/{col}")
+        assert (event.step, event.value) == (100, want), col
+    assert "metrics/policy_lag" not in ea.Tags()["scalars"]  # empty columns are left out
