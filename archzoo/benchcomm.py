@@ -253,9 +253,10 @@ def _verified_call(t, topo, op: str, arr: np.ndarray) -> tuple[int, int, int]:
 def measure(t, topologies: list[str], ops: list[str], sizes: list[int], iters: int,
             repeats: int, fanout: int, timed: bool) -> list[dict[str, Any]]:
     """Run the plan on transport ``t`` (every rank the same); rows complete on every rank."""
+    from archzoo.tags import TAG_BENCH_COMM
     from archzoo.topology.factory import make_topology
 
-    topos = {name: make_topology(name, t, fanout, tag=300 + i)
+    topos = {name: make_topology(name, t, fanout, tag=TAG_BENCH_COMM + i)
              for i, name in enumerate(topologies)}
     plan = [(op, size, name) for op in ops for size in sizes for name in topologies]
     counts = np.zeros((len(plan), t.world_size, 3), np.int64)

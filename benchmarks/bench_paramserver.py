@@ -52,7 +52,6 @@ if str(REPO_ROOT) not in sys.path:  # for tests.mp (the launchers) when run as a
 
 from solving import archzoo_run, time_to_target  # noqa: E402
 
-TAGS_BASE = 20  # as archzoo.architectures.a3c.PS_TAGS
 N_GRADS = 4  # distinct random gradients each worker cycles through
 TAIL_S = 0.3  # workers push this long past the window, so the shards' end sample is loaded
 
@@ -63,7 +62,8 @@ TAIL_S = 0.3  # workers push this long past the window, so the shards' end sampl
 def ps_rank(backend: str, n: int, k: int, seconds: float, warmup: float) -> dict:
     """Shard (ranks 0..K-1) or pushing worker (ranks K..): one rank's measurements."""
     from archzoo.comm.factory import detect_launch, make_transport
-    from paramserver import ParamShard, PSClient, PSTags, SharedRMSProp, shard_bounds
+    from archzoo.tags import PS_TAGS
+    from paramserver import ParamShard, PSClient, SharedRMSProp, shard_bounds
 
     if backend == "gloo":
         import torch
@@ -71,7 +71,7 @@ def ps_rank(backend: str, n: int, k: int, seconds: float, warmup: float) -> dict
         torch.set_num_threads(1)
     t = make_transport(backend, detect_launch(), timeout_s=60.0)
     shards, workers = list(range(k)), list(range(k, t.world_size))
-    tags = PSTags.at(TAGS_BASE)
+    tags = PS_TAGS  # as A3C's and Gorila's
     init = (np.random.default_rng(0).standard_normal(n, dtype=np.float32)
             * np.float32(0.1)).astype(np.float32)
     out: dict = {"rank": t.rank}

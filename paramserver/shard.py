@@ -46,6 +46,7 @@ import numpy as np
 
 from archzoo.comm import Inbox, PeerFailure, PeerTimeout, Request, Schema, SchemaMismatch, Transport
 from archzoo.runlog import VersionClock
+from archzoo.tags import PSTags  # defined with every other tag; paramserver.PSTags is it
 from paramserver.optim import FlatOptimizer, as_f32
 
 
@@ -60,19 +61,6 @@ class Outcome(IntEnum):
 
 
 PULL, BYE = 1, 2  # request kinds
-
-
-@dataclass(frozen=True)
-class PSTags:
-    """The three tags of one parameter server's streams."""
-
-    push: int
-    request: int
-    reply: int
-
-    @classmethod
-    def at(cls, base: int) -> PSTags:
-        return cls(base, base + 1, base + 2)
 
 
 @dataclass

@@ -38,10 +38,10 @@ from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import run_shards, shard_stats
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.tags import PS_TAGS
 from learners.a2c import a2c_gradient
-from paramserver import ParamShard, PSClient, PSTags, ShardState, ps_schemas, shard_bounds
+from paramserver import ParamShard, PSClient, ShardState, ps_schemas, shard_bounds
 
-PS_TAGS = PSTags.at(20)
 APPLIED = "gradients worker->shards and parameters shards->worker point-to-point (star)"
 
 

@@ -40,14 +40,14 @@ from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import run_shards, shard_stats
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.tags import PS_TAGS
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
 from learners.dqn import dqn_gradient
-from paramserver import ParamShard, PSClient, PSTags, make_optimizer, ps_schemas, shard_bounds
+from paramserver import ParamShard, PSClient, make_optimizer, ps_schemas, shard_bounds
 from replay.keeper import ReplayKeeper
 from replay.server import RateLimiter, ReplayServer, ShardedReplayClient
 
-PS_TAGS = PSTags.at(20)
 STREAMS = ("gradients learner->shards, parameters shards->learners, transitions "
            "actor->replay, samples replay->learner: point-to-point")
 

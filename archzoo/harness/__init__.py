@@ -1,6 +1,6 @@
 """The run harness: what every architecture's roles share.
 
-- :mod:`archzoo.harness.protocol`: message tags, a rank's context, the start-up
+- :mod:`archzoo.harness.protocol`: a rank's context, the start-up
   handshake (schema digests) and the stop-and-drain protocol;
 - :mod:`archzoo.harness.stats`: episode statistics from the leaves to the Monitor;
 - :mod:`archzoo.harness.finish`: the run directory, summary.json and policy.pt;
@@ -19,18 +19,6 @@ from archzoo.harness.finish import (
     run_summary,
 )
 from archzoo.harness.protocol import (
-    REPLAY_TAGS,
-    SAMPLE_TAGS,
-    TAG_ACTIONS,
-    TAG_CONTROL,
-    TAG_INFER_REPLY,
-    TAG_INFER_REQUEST,
-    TAG_PARAMS,
-    TAG_SAMPLE_REPLY,
-    TAG_SAMPLE_REQUEST,
-    TAG_TOPOLOGY,
-    TAG_TRANSITIONS,
-    TAG_UNROLL,
     LeafControl,
     RankContext,
     StopRequested,
@@ -50,6 +38,20 @@ from archzoo.harness.stats import (
     train_on_unrolls,
 )
 from archzoo.harness.survivors import Survivors, TooFewActors
+from archzoo.tags import (
+    REPLAY_TAGS,
+    SAMPLE_TAGS,
+    TAG_ACTIONS,
+    TAG_CONTROL,
+    TAG_INFER_REPLY,
+    TAG_INFER_REQUEST,
+    TAG_PARAMS,
+    TAG_SAMPLE_REPLY,
+    TAG_SAMPLE_REQUEST,
+    TAG_TOPOLOGY,
+    TAG_TRANSITIONS,
+    TAG_UNROLL,
+)
 
 __all__ = [
     "LeafControl", "REPLAY_TAGS", "RankContext", "SAMPLE_TAGS", "StatsReporter",

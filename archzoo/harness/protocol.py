@@ -1,4 +1,5 @@
-"""What every architecture's roles share: tags, the start-up handshake, the stop protocol.
+"""What every architecture's roles share: the start-up handshake, the stop protocol (the
+tags are in archzoo/tags.py).
 
 Start-up: every leaf sends HELLO with its message-schema digests to the root, which
 compares them with its own and answers WELCOME or ABORT (a mismatch names the rank and
@@ -27,19 +28,6 @@ from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
 from archzoo.comm.factory import Launch
 from archzoo.config import RunConfig
 from archzoo.harness import placement
-
-TAG_CONTROL = 1
-TAG_PARAMS = 2
-TAG_UNROLL = 3
-TAG_TRANSITIONS = 4
-TAG_SAMPLE_REQUEST = 5
-TAG_SAMPLE_REPLY = 6
-TAG_TOPOLOGY = 7
-TAG_INFER_REQUEST = 9   # actor -> inference server (GA3C, SEED)
-TAG_INFER_REPLY = 10    # inference server -> actor
-TAG_ACTIONS = 11        # learner -> sync actor on resume: its action log (and its reply)
-SAMPLE_TAGS = (TAG_SAMPLE_REQUEST, TAG_SAMPLE_REPLY)  # learner <-> replay
-REPLAY_TAGS = (TAG_TRANSITIONS, *SAMPLE_TAGS)        # a replay server's three streams
 
 
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error

@@ -18,7 +18,6 @@ from archzoo.checkpoint import OwnCheckpoint
 from archzoo.comm import ControlChannel, Message
 from archzoo.harness.finish import open_run
 from archzoo.harness.protocol import (
-    TAG_CONTROL,
     LeafControl,
     RankContext,
     finish_leaf,
@@ -30,10 +29,9 @@ from archzoo.harness.stats import serve_and_monitor
 from archzoo.harness.survivors import Survivors
 from archzoo.nets import num_params, set_flat
 from archzoo.runlog import Monitor, RunDir
+from archzoo.tags import TAG_CONTROL, TAG_FINAL_PARAMS
 from archzoo.topology.star import params_schema
 from paramserver import ParamShard, shard_bounds
-
-TAG_FINAL_PARAMS = 8  # a shard's final slice to shard 0, for the run directory's policy
 
 
 @dataclass

@@ -21,20 +21,12 @@ from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import finish_run, open_run
-from archzoo.harness.protocol import (
-    TAG_ACTIONS,
-    TAG_CONTROL,
-    TAG_PARAMS,
-    TAG_TOPOLOGY,
-    TAG_UNROLL,
-    RankContext,
-    finish_root,
-    handshake_root,
-)
+from archzoo.harness.protocol import RankContext, finish_root, handshake_root
 from archzoo.harness.stats import account_unroll
 from archzoo.harness.survivors import Survivors
 from archzoo.nets import ActorCritic, get_flat, num_params
 from archzoo.runlog import Monitor, RunDir, Timers
+from archzoo.tags import TAG_ACTIONS, TAG_CONTROL, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
 from archzoo.topology.broadcast import ParamsBroadcast, describe_broadcast
 from archzoo.topology.star import params_schema
 from learners.vtrace_learner import VTraceLearner

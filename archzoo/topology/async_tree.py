@@ -73,6 +73,7 @@ from archzoo.comm.base import Backoff, Request, Transport
 from archzoo.comm.errors import CommError, PeerTimeout
 from archzoo.comm.inbox import Inbox
 from archzoo.messages import Message, Schema
+from archzoo.tags import TAG_ASYNC_BROADCAST_DEFAULT, TAG_ASYNC_REDUCE_DEFAULT
 from archzoo.topology.base import ceil_log, check_fanout
 from archzoo.topology.tree import lowest_digit
 
@@ -292,8 +293,9 @@ class AsyncTreeBroadcast:
     """
 
     def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
-                 tag: int = 310, *, history: int = 64, record: bool = False,
-                 members: list[int] | None = None, chain: bool = False) -> None:
+                 tag: int = TAG_ASYNC_BROADCAST_DEFAULT, *, history: int = 64,
+                 record: bool = False, members: list[int] | None = None,
+                 chain: bool = False) -> None:
         self.transport, self.tag = transport, int(tag)
         self.rank, self.size = transport.rank, transport.world_size
         self.root, self.fanout = root, check_fanout(fanout)
@@ -591,7 +593,7 @@ class AsyncTreeReduce:
     """
 
     def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
-                 tag: int = 320, *, capacity: int = 8) -> None:
+                 tag: int = TAG_ASYNC_REDUCE_DEFAULT, *, capacity: int = 8) -> None:
         self.transport, self.tag = transport, int(tag)
         self.rank, self.size = transport.rank, transport.world_size
         self.root, self.fanout = root, check_fanout(fanout)

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from archzoo.comm.base import Transport
+from archzoo.tags import TAG_COLLECTIVE_DEFAULT
 
 OPS = ("sum", "mean")
 
@@ -70,7 +71,8 @@ class Topology(ABC):
 
     name: str = "?"
 
-    def __init__(self, transport: Transport, fanout: int = 2, tag: int = 100) -> None:
+    def __init__(self, transport: Transport, fanout: int = 2,
+                 tag: int = TAG_COLLECTIVE_DEFAULT) -> None:
         self.fanout = check_fanout(fanout)
         self.transport = transport
         self.tag = int(tag)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from archzoo.comm.base import Transport
+from archzoo.tags import TAG_COLLECTIVE_DEFAULT
 from archzoo.topology.base import Topology
 from archzoo.topology.butterfly import ButterflyTopology
 from archzoo.topology.native import NativeTopology
@@ -18,7 +19,8 @@ TOPOLOGIES: dict[str, type[Topology]] = {
 }
 
 
-def make_topology(name: str, transport: Transport, fanout: int = 2, tag: int = 100) -> Topology:
+def make_topology(name: str, transport: Transport, fanout: int = 2,
+                  tag: int = TAG_COLLECTIVE_DEFAULT) -> Topology:
     """The topology ``name`` over ``transport``; ``fanout`` is the tree's m / butterfly's radix
     (must be ≥ 2 for every kind); ``tag`` the one tag its messages use."""
     try:
