@@ -61,6 +61,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from archzoo import envvars
 from archzoo.errors import EXIT_USAGE, UsageError
 
 BACKENDS = ("gloo", "mpi")
@@ -348,7 +349,7 @@ def worker(args: argparse.Namespace) -> int:
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                        "MASTER_PORT", "ARCHZOO_EMBEDDED")
+                        "MASTER_PORT", envvars.EMBEDDED)
            and not k.startswith(("PMI_", "OMPI_", "PMIX_", "TORCHELASTIC_"))}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     root = str(Path(__file__).resolve().parent.parent)

@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from archzoo import envvars
 from archzoo.config import Rules, RunConfig, flag_fields, flag_name
 from archzoo.errors import EXIT_USAGE, UsageError
 from archzoo.model_shapes import MODELS
 
-T_START = float(os.environ.get("ARCHZOO_LAUNCH_TIME", time.time()))
+T_START = envvars.launch_time()  # when the launch began (the launcher says, else now)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from archzoo import envvars
 from archzoo.comm.factory import free_port
 
 GRACE_S = 15.0
@@ -100,8 +101,9 @@ def child_env(**extra: str) -> dict[str, str]:
 # turns its death into an exit code and takes that notice (launch/mpirun.sh does the same),
 # and ARCHZOO_MPI_SURVIVE tells a failing rank other than 0 to exit rather than abort.
 MPI_SURVIVE = ["-disable-auto-cleanup"]
-RANK_SHELL = ["sh", "-c", 'trap : USR1; "$@"; c=$?; [ "$c" = 0 ] || [ -z "$ARCHZOO_DEATHS_FILE" ]'
-              ' || echo "$PMI_RANK $c" >> "$ARCHZOO_DEATHS_FILE"; exit $c', "archzoo-rank"]
+_DEATHS = "$" + envvars.DEATHS_FILE
+RANK_SHELL = ["sh", "-c", f'trap : USR1; "$@"; c=$?; [ "$c" = 0 ] || [ -z "{_DEATHS}" ]'
+              f' || echo "$PMI_RANK $c" >> "{_DEATHS}"; exit $c', "archzoo-rank"]
 
 
 def run_mpiexec(argv: list[str], world_size: int) -> int:
@@ -111,9 +113,9 @@ def run_mpiexec(argv: list[str], world_size: int) -> int:
     with tempfile.TemporaryDirectory(prefix="archzoo-") as tmp:
         done = Path(tmp) / "done"  # rank 0 creates it when it finished the stop protocol
         started, deaths = Path(tmp) / "started", Path(tmp) / "deaths"
-        env = child_env(ARCHZOO_LAUNCH_TIME=str(time.time()), ARCHZOO_DONE_FILE=str(done),
-                        ARCHZOO_MPI_SURVIVE="1", ARCHZOO_STARTED_FILE=str(started),
-                        ARCHZOO_DEATHS_FILE=str(deaths))
+        env = child_env(**{envvars.LAUNCH_TIME: str(time.time()), envvars.DONE_FILE: str(done),
+                           envvars.MPI_SURVIVE: "1", envvars.STARTED_FILE: str(started),
+                           envvars.DEATHS_FILE: str(deaths)})
         cmd = [mpiexec, *MPI_SURVIVE, "-n", str(world_size), *RANK_SHELL, *child_argv(argv)]
         if stop_requested():
             return 128 + stop_requested()
@@ -135,8 +137,9 @@ def run_gloo(argv: list[str], world_size: int) -> int:
             env = child_env(RANK=str(rank), WORLD_SIZE=str(world_size),
                             LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
                             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                            ARCHZOO_EMBEDDED="1", ARCHZOO_LAUNCH_TIME=str(time.time()),
-                            OMP_NUM_THREADS="1", ARCHZOO_STARTED_FILE=str(started))
+                            OMP_NUM_THREADS="1",
+                            **{envvars.EMBEDDED: "1", envvars.LAUNCH_TIME: str(time.time()),
+                               envvars.STARTED_FILE: str(started)})
             if stop_requested():
                 break
             procs.append(subprocess.Popen(child_argv(argv), env=env))
@@ -151,14 +154,6 @@ def run_one(argv: list[str]) -> int:
             return _stop([proc], stop_requested())
         time.sleep(0.05)
     return proc.returncode
-
-
-def mark_started() -> None:
-    """Rank 0, once every rank has joined: tell the embedded launcher that from now on
-    rank 0 decides whether a rank's death ends the run."""
-    path = os.environ.get("ARCHZOO_STARTED_FILE")
-    if path:
-        Path(path).touch()
 
 
 def _deaths_of(procs: list[subprocess.Popen]) -> dict[int, int]:

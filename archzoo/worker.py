@@ -25,6 +25,7 @@ import sys
 import threading
 import traceback
 
+from archzoo import envvars
 from archzoo.architectures import ArchModule
 from archzoo.checkpoint import CheckpointError
 from archzoo.comm import CommError
@@ -111,9 +112,9 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     close_all()  # a live progress panel left by a failed run
     _restore(handlers)
     if code == 0 and launch.rank == 0:
-        _tell_launcher_done()
+        envvars.mark_done()
     if transport is not None:
-        survive = bool(os.environ.get("ARCHZOO_MPI_SURVIVE"))
+        survive = envvars.mpi_survive()
         ends_job = launch.rank == 0 or not survive  # under a job that survives, rank 0 decides
         if not error:  # a stop signal reached every rank; archzoo's launcher kills the rest
             ends_job = launch.rank == 0 and not survive  # and rank 0 may still be saving
@@ -131,14 +132,6 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             transport.finalize(deadline_s=FINALIZE_S, code=code)
         os._exit(code)
     return code
-
-
-def _tell_launcher_done() -> None:
-    """Rank 0 finished the stop protocol: the embedded MPI launcher then reports success
-    although mpiexec exits with a dead actor's code (archzoo/launcher.py)."""
-    path = os.environ.get("ARCHZOO_DONE_FILE")
-    if path:
-        open(path, "w").close()
 
 
 def _keep_what_was_learnt(rank: int, reason: str, error: bool = True) -> None:

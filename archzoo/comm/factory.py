@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from archzoo import envvars
 from archzoo.comm.base import DEFAULT_TIMEOUT_S, Transport
 
 _MPI_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -52,7 +53,7 @@ class Launch:
 def detect_launch(environ: dict[str, str] | None = None) -> Launch:
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
-        kind = "embedded" if env.get("ARCHZOO_EMBEDDED") == "1" else "torchrun"
+        kind = "embedded" if env.get(envvars.EMBEDDED) == "1" else "torchrun"
         return Launch(kind, int(env["RANK"]), int(env["WORLD_SIZE"]))
     for rv in _MPI_RANK_VARS:
         if rv in env:

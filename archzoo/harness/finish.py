@@ -17,11 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from archzoo import checkpoint
+from archzoo import checkpoint, envvars
 from archzoo.comm import Transport
 from archzoo.harness import placement
 from archzoo.harness.protocol import RankContext
-from archzoo.launcher import mark_started
 from archzoo.runlog import Monitor, RunDir
 from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
 
@@ -71,7 +70,7 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
     if ctx.transport is not None:
         mon.last_heard = ctx.transport.counters.last_heard
     _OPEN[:] = [_OpenRun(ctx, run_dir, mon, policy)]
-    mark_started()  # every rank has joined (open_run follows the handshake)
+    envvars.mark_started()  # every rank has joined (open_run follows the handshake)
     if parts is not None:
         attach_checkpoints(ctx, mon, parts, policy)
     if cfg.record_video > 0:
