@@ -11,11 +11,13 @@ from typing import Any
 
 import torch
 
+from actors.unroll import unroll_schema
 from archzoo import envs
 from archzoo.config import A2CRunConfig, A3CConfig, ApexConfig, RunConfig, VTraceConfig
 from archzoo.envs import EnvSpec
 from archzoo.messages import Schema
-from archzoo.nets import ActorCritic
+from archzoo.model_shapes import core_size
+from archzoo.nets import ActorCritic, RecurrentActorCritic
 from archzoo.topology.star import params_schema
 from learners.a2c import A2CConfig
 from learners.dqn import DQNConfig, DQNLearner, QNetwork
@@ -33,10 +35,29 @@ def env_spec(cfg: RunConfig) -> EnvSpec:
                          clip_rewards=cfg.clip_rewards, imports=cfg.env_import)
 
 
-def actor_critic(cfg: VTraceConfig | A2CRunConfig, spec: EnvSpec) -> ActorCritic:
-    """The policy/value network, its initial parameters drawn from ``cfg.seed``."""
+def core(cfg: RunConfig) -> tuple[int, bool]:
+    """The recurrent core of ``--core`` (IMPALA's flag; none elsewhere): its width (0: none)
+    and whether it takes the previous action and reward."""
+    size = core_size(getattr(cfg, "core", "none"), getattr(cfg, "hidden", 0))
+    return size, bool(size and getattr(cfg, "core_prev_action_reward", False))
+
+
+def actor_critic(cfg: VTraceConfig | A2CRunConfig,
+                 spec: EnvSpec) -> ActorCritic | RecurrentActorCritic:
+    """The policy/value network, its initial parameters drawn from ``cfg.seed``: feed-forward,
+    or with ``--core lstm`` the recurrent IMPALA agent."""
     torch.manual_seed(cfg.seed)
+    size, prev = core(cfg)
+    if size:
+        return RecurrentActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model,
+                                    spec.obs_dtype, size, prev)
     return ActorCritic(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model, spec.obs_dtype)
+
+
+def unrolls(cfg: VTraceConfig, spec: EnvSpec) -> Schema:
+    """The unroll message of ``cfg``: with a recurrent core, its initial state too."""
+    size, prev = core(cfg)
+    return unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor, size, prev)
 
 
 def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
@@ -106,4 +127,6 @@ def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
             "episodic_life": spec.episodic_life, "env_import": list(spec.imports)}
     if isinstance(cfg, ApexConfig):
         meta.update(net="q", dueling=cfg.dueling)
+    if core(cfg)[0]:
+        meta.update(core=cfg.core, core_prev_action_reward=cfg.core_prev_action_reward)
     return meta

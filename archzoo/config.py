@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from archzoo.model_shapes import core_size
+
 MODES = ("sync", "async")
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
 
@@ -322,10 +324,23 @@ class ImpalaConfig(VTraceConfig):
                             "not yet taken (1: each unroll starts after the learner took the "
                             "last, with the newest parameters; more: faster actors, more "
                             "policy lag)", group="learner")
+    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
+                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
+                    "paper's agent; its state resets at episode ends and each unroll carries "
+                    "its initial state", group="environment and model")
+    core_prev_action_reward: bool = opt(False, "--core lstm: feed the core the previous "
+                                        "action (one-hot) and reward too, as the IMPALA "
+                                        "paper's agent", group="environment and model")
 
     def check(self, r: Rules) -> None:
         super().check(r)
         r.at_least(self, "max_inflight", 1)
+        try:
+            core_size(self.core, self.hidden)
+        except ValueError as e:
+            r.need(False, str(e))
+        r.need(not self.core_prev_action_reward or self.core != "none",
+               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
         r.need(self.topology != "native" or self.mode == "sync",
                "--topology native needs --mode sync: torch.distributed's collectives block "
                "every rank (async IMPALA broadcasts latest-wins over star, tree, butterfly "

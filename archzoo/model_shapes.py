@@ -48,3 +48,22 @@ def check_builtin(model: str, obs_shape: tuple[int, ...]) -> str:
                              f"{NATURE_MIN_SIZE}×{NATURE_MIN_SIZE}, got {h}×{w} "
                              "(try --model impala-cnn)")
     return model
+
+
+CORES = ("none", "lstm")  # --core: no recurrent core, or an LSTM after the torso
+
+
+def core_size(core: str, hidden: int) -> int:
+    """The width of the recurrent core that ``--core`` names: 0 for ``none``, SIZE for
+    ``lstm:SIZE``, ``hidden`` (``--hidden``) for a bare ``lstm``; ValueError, naming the
+    flag, for anything else."""
+    kind, colon, size = core.partition(":")
+    if kind == "none" and not colon:
+        return 0
+    if kind == "lstm":
+        if not colon:
+            return int(hidden)
+        if size.isdigit() and int(size) > 0:
+            return int(size)
+    raise ValueError(f"--core {core!r}: expected none, lstm or lstm:SIZE with SIZE a "
+                     "positive integer (e.g. lstm:128; a bare lstm is --hidden wide)")

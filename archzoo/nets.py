@@ -14,6 +14,10 @@ value, or Q-values). Torsos, chosen by ``--model``:
 - ``package.module:factory``: a user's own module, ``factory(observation_space,
   action_space)``, mapping a float batch ``[B, *obs_shape]`` to features ``[B, F]``.
 
+``--core lstm[:SIZE]`` puts an LSTM between the torso and the heads
+(:class:`RecurrentActorCritic`, the IMPALA paper's agent); without it the network is the
+feed-forward :class:`ActorCritic`.
+
 Observations reach the network in their own dtype; the torso makes them float on its
 device (÷255 for uint8 frames) and puts the channels first (an image whose first axis is
 larger than its last is taken as height × width × channels, as MinAtar's are).
@@ -194,6 +198,85 @@ class ActorCritic(nn.Module):
         """Logits and values for a batch ``[..., *obs_shape]``."""
         h = self.torso(obs)
         return self.policy(h), self.value(h).squeeze(-1)
+
+
+class RecurrentActorCritic(nn.Module):
+    """The IMPALA paper's agent (Espeholt et al. 2018, Fig. 3): a torso, an LSTM core
+    (Hochreiter & Schmidhuber 1997) and the two heads on the core's output.
+
+    With ``prev_action_reward`` the core also takes the previous action (one-hot) and
+    reward beside the torso's features, as the paper's agent does. The core state is a pair
+    ``(h, c)`` of ``[B, core_size]`` tensors. ``first[t]`` marks an observation that starts
+    an episode: the state (and the previous action and reward) are multiplied by
+    ``1 - first[t]`` before the core sees it, so no memory crosses an episode end, inside an
+    unroll as well as between unrolls.
+
+    - :meth:`forward` is one step (what an actor runs while acting):
+      ``model(obs, state, first, prev_action, prev_reward) -> (logits, value, new_state)``;
+    - :meth:`unroll` runs the torso over ``[T, B, ...]`` at once and the core step by step
+      from ``state``, with the same resets (what the learner runs on an unroll).
+    """
+
+    recurrent = True
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
+                 model: str = "mlp", obs_dtype: str = "<f4", core_size: int = 64,
+                 prev_action_reward: bool = False) -> None:
+        super().__init__()
+        self.torso = make_torso(model, tuple(obs_shape), obs_dtype, hidden, num_actions)
+        self.num_actions, self.core_size = num_actions, core_size
+        self.prev_action_reward = prev_action_reward
+        extra = num_actions + 1 if prev_action_reward else 0
+        self.core = nn.LSTMCell(self.torso.out_dim + extra, core_size)
+        self.policy = nn.Linear(core_size, num_actions)
+        self.value = nn.Linear(core_size, 1)
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu"
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zeros: the state of an episode's first step."""
+        z = torch.zeros(batch, self.core_size, device=device)
+        return z, z.clone()
+
+    def _step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+              first: torch.Tensor, prev_action: torch.Tensor | None,
+              prev_reward: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One core step on features ``x`` [B, F]: reset where ``first``, then the LSTM."""
+        keep = (~first.bool()).to(x.dtype).unsqueeze(-1)  # 1 - first, [B, 1]
+        h, c = state[0] * keep, state[1] * keep
+        if self.prev_action_reward:
+            if prev_action is None or prev_reward is None:
+                raise ValueError("this core takes the previous action and reward")
+            one_hot = nn.functional.one_hot(prev_action.long(), self.num_actions).to(x.dtype)
+            x = torch.cat([x, one_hot * keep, prev_reward.to(x.dtype).unsqueeze(-1) * keep], -1)
+        return self.core(x, (h, c))
+
+    def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                first: torch.Tensor, prev_action: torch.Tensor | None = None,
+                prev_reward: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One step for a batch ``obs`` [B, *obs_shape]: logits [B, A], value [B] and the
+        state after it."""
+        h, c = self._step(self.torso(obs), state, first, prev_action, prev_reward)
+        return self.policy(h), self.value(h).squeeze(-1), (h, c)
+
+    def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+               first: torch.Tensor, prev_action: torch.Tensor | None = None,
+               prev_reward: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Time-major ``obs`` [T, B, *obs_shape], ``first`` [T, B] (and ``prev_action``,
+        ``prev_reward`` [T, B]) from the initial ``state``: logits [T, B, A], values [T, B]
+        and the final state. Step t is :meth:`forward` on step t's inputs."""
+        feats = self.torso(obs)  # [T, B, F], one pass over every step
+        outs = []
+        for t in range(feats.shape[0]):
+            state = self._step(feats[t], state, first[t],
+                               None if prev_action is None else prev_action[t],
+                               None if prev_reward is None else prev_reward[t])
+            outs.append(state[0])
+        h = torch.stack(outs)
+        return self.policy(h), self.value(h).squeeze(-1), state
 
 
 def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

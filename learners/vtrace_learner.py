@@ -15,18 +15,24 @@ import numpy as np
 import torch
 from torch import nn
 
+from actors.unroll import core_inputs
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 from learners.vtrace import ImpalaLossConfig, impala_loss
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
+# a recurrent core's start of each unroll (actors/unroll.py unroll_schema): [E, ...], env first
+_CORE_FIELDS = ("core_h0", "core_c0", "first0", "prev_action0", "prev_reward0")
 
 
 def batch_unrolls(unrolls: Sequence, device: torch.device) -> dict[str, torch.Tensor]:
-    """Concatenate unroll messages along the env axis: [T(+1), E, ...] -> [T(+1), sum E, ...]."""
+    """Concatenate unroll messages along the env axis: [T(+1), E, ...] -> [T(+1), sum E, ...]
+    (a recurrent core's fields, [E, ...], along their first axis)."""
     out = {}
-    for k in _FIELDS:
-        arr = unrolls[0][k] if len(unrolls) == 1 else np.concatenate([u[k] for u in unrolls], 1)
-        out[k] = torch.as_tensor(np.array(arr, copy=True)).to(device, non_blocking=True)
+    for axis, names in ((1, _FIELDS), (0, [k for k in _CORE_FIELDS if k in unrolls[0]])):
+        for k in names:
+            arr = unrolls[0][k] if len(unrolls) == 1 else \
+                np.concatenate([u[k] for u in unrolls], axis)
+            out[k] = torch.as_tensor(np.array(arr, copy=True)).to(device, non_blocking=True)
     return out
 
 
@@ -83,14 +89,24 @@ class VTraceLearner:
             cfg=self.loss_cfg,
         )
 
+    def logits_and_values(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """π's logits [T, B, A] and V [T+1, B] on a batch of unrolls. A recurrent model runs
+        its core over the T+1 observations from each unroll's initial state, resetting it
+        where the actor did (:func:`actors.unroll.core_inputs`)."""
+        T1, B = b["obs"].shape[:2]
+        if getattr(self.model, "recurrent", False):
+            x = core_inputs(b)
+            logits, values, _ = self.model.unroll(b["obs"], (b["core_h0"], b["core_c0"]),
+                                                  x["first"], x["prev_action"], x["prev_reward"])
+            return logits[:-1], values
+        logits, values = self.model(b["obs"].reshape(T1 * B, *b["obs"].shape[2:]))
+        return logits.reshape(T1, B, -1)[:-1], values.reshape(T1, B)
+
     def update(self, unrolls: Sequence) -> dict[str, float]:
         """One step of the IMPALA loss on the given unrolls (in the given order)."""
         t0 = time.perf_counter()
         b = batch_unrolls(unrolls, self.device)
-        T1, B = b["obs"].shape[:2]
-        logits, values = self.model(b["obs"].reshape(T1 * B, *b["obs"].shape[2:]))
-        logits = logits.reshape(T1, B, -1)[:-1]
-        values = values.reshape(T1, B)
+        logits, values = self.logits_and_values(b)
         loss, stats = self.loss(b, logits, values)
         if self.sum_loss:  # the loss's terms are means over valid steps: back to their sum
             loss = loss * b["valid"].sum().clamp(min=1)

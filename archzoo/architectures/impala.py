@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from actors.action_log import ActionLog, catch_up
-from actors.unroll import TIMING, UnrollActor, unroll_schema
+from actors.unroll import TIMING, UnrollActor
 from archzoo import builders, harness
 from archzoo.comm import ControlChannel, Message
 from archzoo.comm.sender import SendWindow
@@ -57,7 +57,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
                         harness.actor_seed(cfg.seed, 0))
     actor.fast_forward(log.actions(0), spec.num_actions)
-    msg = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor).new()
+    msg = builders.unrolls(cfg, spec).new()
     flat = np.zeros(num_params(policy), np.float32)
 
     def after_update() -> None:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.action_log import ActionLog
-from actors.unroll import unroll_schema
 from archzoo import builders
 from archzoo.comm import ControlChannel, Inbox, Message, PeerTimeout
 from archzoo.comm.base import Backoff
@@ -42,7 +41,7 @@ def topology_applied(cfg: ImpalaConfig) -> str:
 
 def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
     """The unroll and parameter messages, and their digests for the start-up check."""
-    u_schema = unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor)
+    u_schema = builders.unrolls(cfg, spec)  # with --core lstm, its initial states too
     p_schema = params_schema(num_params(model))
     return u_schema, p_schema, {"unroll": u_schema.digest(), "params": p_schema.digest()}
 
