@@ -96,9 +96,11 @@ def _gym(env_id: str = ""):
     scipy, and every rank of every run would pay for it)."""
     import gymnasium as gym
 
+    from archzoo.memory_envs import register_memory_envs
     from archzoo.synthetic import register_synthetic
 
     register_synthetic()
+    register_memory_envs()
     try:
         import ale_py
 
