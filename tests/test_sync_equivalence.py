@@ -32,7 +32,7 @@ from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
 from actors.remote import SeedActor
 from actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec
-from archzoo.nets import ActorCritic, get_flat, num_params, set_flat
+from archzoo.nets import ActorCritic, RecurrentActorCritic, get_flat, num_params, set_flat
 from archzoo.seeding import actor_seed
 from learners.unroll_builder import UnrollBuilder
 from learners.vtrace import ImpalaLossConfig
@@ -60,10 +60,19 @@ def _actor_seed(seed: int, rank: int) -> int:
     return actor_seed(seed, rank)
 
 
-def _learner(hp: dict, spec) -> Learner:
+def _model(hp: dict, spec, core: tuple[int, bool] = (0, False)) -> torch.nn.Module:
+    """The run's network: feed-forward, or with ``core`` = (size, previous action and
+    reward) the recurrent one of ``--core lstm:SIZE`` (``--core-prev-action-reward``)."""
+    if core[0]:
+        return RecurrentActorCritic(spec.obs_shape, spec.num_actions, hp["hidden"], "mlp",
+                                    spec.obs_dtype, *core)
+    return ActorCritic(spec.obs_shape, spec.num_actions, hp["hidden"])
+
+
+def _learner(hp: dict, spec, core: tuple[int, bool] = (0, False)) -> Learner:
     """The learner a run starts from: the model initialised right after manual_seed(seed)."""
     torch.manual_seed(hp["seed"])
-    model = ActorCritic(spec.obs_shape, spec.num_actions, hp["hidden"])
+    model = _model(hp, spec, core)
     loss_cfg = ImpalaLossConfig(gamma=hp["gamma"], rho_bar=hp["rho_bar"], c_bar=hp["c_bar"],
                                 baseline_coef=hp["baseline_coef"],
                                 entropy_coef=hp["entropy_coef"])
@@ -87,10 +96,11 @@ class Tally:
         return sum(last) / len(last)
 
 
-def _run(tmp: Path, arch: str, backend: str, hp: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+def _run(tmp: Path, arch: str, backend: str, hp: dict,
+         extra: tuple[str, ...] = ()) -> tuple[dict, dict[str, torch.Tensor]]:
     d = tmp / arch
     r = cli("run", arch, "--actors", str(len(ACTORS)), "--mode", "sync", "--backend", backend,
-            *_flags(hp), "--quiet", "--run-dir", str(d))
+            *_flags(hp), *extra, "--quiet", "--run-dir", str(d))
     assert r.returncode == 0, r.stdout + r.stderr
     s = load_run(d)
     assert (s["backend"], s["world_size"], s["mode"], s["topology"], s["stop_reason"]) == \
@@ -109,17 +119,19 @@ def _assert_same_params(run: dict[str, torch.Tensor], model: torch.nn.Module) ->
 # ---------------------------------------------------------------------------------------------
 # IMPALA
 # ---------------------------------------------------------------------------------------------
-def impala_reference(hp: dict) -> tuple[Learner, Tally]:
+def impala_reference(hp: dict, env: str = ENV,
+                     core: tuple[int, bool] = (0, False)) -> tuple[Learner, Tally]:
     """Sequential sync IMPALA: each round every actor collects one unroll with the current
     parameters, the learner takes one V-trace step on the unrolls in rank order, and the new
-    parameters go to every actor; until the valid env steps reach the budget."""
-    spec = env_spec(ENV)
-    learner = _learner(hp, spec)
+    parameters go to every actor; until the valid env steps reach the budget. ``core``: the
+    recurrent core's (size, previous action and reward), each actor keeping its core states
+    from one unroll to the next."""
+    spec = env_spec(env)
+    learner = _learner(hp, spec, core)
     E, T = hp["envs_per_actor"], hp["unroll_length"]
-    actors = [UnrollActor(spec, E, T, ActorCritic(spec.obs_shape, spec.num_actions,
-                                                  hp["hidden"]), _actor_seed(hp["seed"], r))
+    actors = [UnrollActor(spec, E, T, _model(hp, spec, core), _actor_seed(hp["seed"], r))
               for r in ACTORS]
-    schema = unroll_schema(spec, T, E)
+    schema = unroll_schema(spec, T, E, *core)
     msgs = [schema.new() for _ in actors]
     flat = np.zeros(num_params(learner.model), np.float32)
     tally = Tally()
@@ -148,6 +160,27 @@ def test_sync_impala_equals_sequential_reference(tmp_path: Path, backend: str) -
         torch.set_num_threads(threads)
     assert s["learner_updates"] == learner.version > 10
     assert (s["env_steps"], s["episodes"]) == (tally.steps, len(tally.returns))
+    _assert_same_params(params, learner.model)
+    assert s["final_mean_return"] == tally.mean_return()
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_sync_impala_with_a_recurrent_core_equals_sequential_reference(tmp_path: Path,
+                                                                        backend: str) -> None:
+    """``--core lstm:16 --core-prev-action-reward`` on CartPoleNoVel: the actors' core states
+    and the unrolls' initial states travel as the sequential algorithm's do, bit for bit."""
+    env, core = "archzoo/CartPoleNoVel-v1", (16, True)
+    s, params = _run(tmp_path, "impala", backend, HP,
+                     ("--env", env, "--core", "lstm:16", "--core-prev-action-reward"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as every rank runs (--threads 1)
+    try:
+        learner, tally = impala_reference(HP, env, core)
+    finally:
+        torch.set_num_threads(threads)
+    assert s["learner_updates"] == learner.version > 10
+    assert (s["env_steps"], s["episodes"]) == (tally.steps, len(tally.returns))
+    assert any(k.startswith("core.") for k in params)
     _assert_same_params(params, learner.model)
     assert s["final_mean_return"] == tally.mean_return()
 

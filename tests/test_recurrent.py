@@ -1,0 +1,250 @@
+"""IMPALA's recurrent core (``--core lstm``; archzoo/nets.py ``RecurrentActorCritic``).
+
+- The core's state resets exactly where an episode starts, inside an unroll too: on a
+  hand-built unroll with an episode end in the middle, the learner's outputs after the reset
+  equal those of a fresh state, whatever the state before it.
+- The learner's replay of the core over an unroll (from the unroll's initial state, with the
+  resets the flags imply) gives the logits the actor computed while acting, on real unrolls
+  of CartPoleNoVel that carry the state from one unroll to the next.
+- ``archzoo run impala --core lstm`` runs on ``archzoo/CartPoleNoVel-v1`` in one process,
+  embedded, under mpiexec and under torchrun; a bad ``--core`` is refused with exit 2.
+- ``archzoo/CartPoleNoVel-v1`` is CartPole-v1 seen through ``[x, theta]``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from actors.unroll import UnrollActor, core_inputs, unroll_schema
+from archzoo.envs import env_spec, make_vector_env
+from archzoo.memory_envs import CARTPOLE_NOVEL_ID
+from archzoo.nets import RecurrentActorCritic
+from learners.vtrace import ImpalaLossConfig
+from learners.vtrace_learner import VTraceLearner, batch_unrolls
+from tests.mp import describe, run_mpi
+from tests.runs import cli, load_run, torchrun
+
+ENV = CARTPOLE_NOVEL_ID
+SIZE = 16
+
+
+def _model(prev: bool, seed: int = 0) -> RecurrentActorCritic:
+    torch.manual_seed(seed)
+    return RecurrentActorCritic((2,), 2, hidden=8, core_size=SIZE, prev_action_reward=prev)
+
+
+def _learner(model: RecurrentActorCritic) -> VTraceLearner:
+    return VTraceLearner(model, ImpalaLossConfig(), 1e-3, 1.0, torch.device("cpu"))
+
+
+# -- (a) resets inside an unroll ------------------------------------------------------------
+@pytest.mark.parametrize("prev", [False, True])
+def test_state_resets_exactly_where_an_episode_starts(prev: bool) -> None:
+    """Step 3 is the autoreset step (valid False), so x_4 starts an episode: the learner's
+    logits and values from x_4 on equal a fresh state's on x_4.. (first there), and differ
+    before it between two initial states; an env with no episode end never resets."""
+    T, E, end = 8, 2, 3
+    spec = env_spec(ENV)
+    model = _model(prev)
+    msg = unroll_schema(spec, T, E, SIZE, prev).new()
+    rng = np.random.default_rng(0)
+    msg["obs"][:] = rng.normal(size=msg["obs"].shape)
+    msg["actions"][:] = rng.integers(0, 2, size=(T, E))
+    msg["rewards"][:] = rng.normal(size=(T, E))
+    msg["valid"][:] = True
+    msg["valid"][end, 0] = False  # env 0: step 2 ended an episode, step 3 autoresets
+    msg["core_h0"][:] = rng.normal(size=(E, SIZE))
+    msg["core_c0"][:] = rng.normal(size=(E, SIZE))
+    if prev:
+        msg["prev_action0"][:] = 1
+        msg["prev_reward0"][:] = 0.5
+    learner = _learner(model)
+    with torch.no_grad():
+        logits, values = learner.logits_and_values(batch_unrolls([msg], learner.device))
+        other = unroll_schema(spec, T, E, SIZE, prev).new()
+        other.copy_from(msg)
+        other["core_h0"][:] = 0.0
+        other["core_c0"][:] = rng.normal(size=(E, SIZE))
+        logits2, values2 = learner.logits_and_values(batch_unrolls([other], learner.device))
+        # a fresh start at x_{end+1} of env 0: zero state, first there
+        b = batch_unrolls([msg], learner.device)
+        x = core_inputs(b)
+        s = end + 1
+        fresh_first = torch.zeros(T + 1 - s, 1, dtype=torch.bool)
+        fresh_first[0] = True
+        fresh_logits, fresh_values, _ = model.unroll(
+            b["obs"][s:, :1], model.initial_state(1), fresh_first,
+            *(None if x[k] is None else x[k][s:, :1] for k in ("prev_action", "prev_reward")))
+    assert x["first"][:, 0].tolist() == [i == s for i in range(T + 1)]
+    assert not x["first"][:, 1].any()
+    # after the reset: the same as a fresh state, whatever the state before (to float error)
+    torch.testing.assert_close(logits[s, 0], fresh_logits[0, 0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(values[s, 0], fresh_values[0, 0], rtol=0, atol=1e-6)
+    assert torch.equal(logits[s:, 0], logits2[s:, 0]) and torch.equal(values[s:, 0],
+                                                                        values2[s:, 0])
+    # ... and from then on the fresh state's own recurrence, step by step
+    torch.testing.assert_close(logits[s:, 0][:T - s], fresh_logits[:T - s, 0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(values[s:, 0], fresh_values[:, 0], rtol=0, atol=1e-5)
+    # before the reset, and in the env that never resets, the initial state matters
+    assert not torch.allclose(values[:s, 0], values2[:s, 0])
+    assert not torch.allclose(values[:, 1], values2[:, 1])
+
+
+def test_first0_resets_the_unrolls_initial_state() -> None:
+    """``first0``: x_0 starts an episode, so the state the unroll carries is not used."""
+    T, E = 4, 1
+    spec = env_spec(ENV)
+    model = _model(False)
+    learner = _learner(model)
+    out = []
+    for h in (0.0, 3.0):
+        msg = unroll_schema(spec, T, E, SIZE).new()
+        msg["obs"][:] = 0.1
+        msg["valid"][:] = True
+        msg["first0"][:] = True
+        msg["core_h0"][:] = h
+        msg["core_c0"][:] = h
+        with torch.no_grad():
+            out.append(learner.logits_and_values(batch_unrolls([msg], learner.device)))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+
+
+# -- (b) the learner's replay equals what the actor computed -------------------------------
+@pytest.mark.parametrize("prev", [False, True])
+def test_learner_replay_equals_the_actors_logits(prev: bool) -> None:
+    """Three real unrolls of 4 envs on CartPoleNoVel (a random-ish policy: episodes of ~20
+    steps, so several end inside unrolls): replaying the core over each unroll, alone or
+    batched with the others, from its ``core_h0``/``core_c0`` with the resets of
+    ``first0``/``valid``, gives the behaviour logits the actor recorded step by step."""
+    T, E = 20, 4
+    spec = env_spec(ENV)
+    model = _model(prev, seed=1)
+    actor = UnrollActor(spec, E, T, model, seed=5)
+    schema = unroll_schema(spec, T, E, SIZE, prev)
+    msgs = [schema.new() for _ in range(3)]
+    try:
+        for m in msgs:
+            actor.collect(m)
+    finally:
+        actor.close()
+    # resets happen inside the unrolls, and unrolls carry a state (not zeros) between them
+    assert sum(int((~m["valid"][:-1]).sum()) for m in msgs) >= 2
+    assert np.abs(msgs[1]["core_h0"]).sum() > 0 and np.abs(msgs[2]["core_c0"]).sum() > 0
+    learner = _learner(model)
+    with torch.no_grad():
+        for m in msgs:
+            logits, _ = learner.logits_and_values(batch_unrolls([m], learner.device))
+            np.testing.assert_allclose(logits.numpy(), m["behaviour_logits"], rtol=0, atol=1e-5)
+        logits, _ = learner.logits_and_values(batch_unrolls(msgs, learner.device))
+    np.testing.assert_allclose(logits.numpy(), np.concatenate([m["behaviour_logits"]
+                                                               for m in msgs], 1),
+                               rtol=0, atol=1e-5)
+
+
+def test_each_unroll_starts_where_the_last_ended() -> None:
+    """The state an unroll carries is the actor's state after the previous unroll's last
+    step: the replay of unroll k's core, run one more observation, ends in unroll k+1's
+    ``core_h0``/``core_c0``."""
+    T, E = 10, 3
+    spec = env_spec(ENV)
+    model = _model(True, seed=2)
+    actor = UnrollActor(spec, E, T, model, seed=1)
+    schema = unroll_schema(spec, T, E, SIZE, True)
+    a, b = schema.new(), schema.new()
+    try:
+        actor.collect(a)
+        actor.collect(b)
+    finally:
+        actor.close()
+    with torch.no_grad():
+        bt = batch_unrolls([a], torch.device("cpu"))
+        x = core_inputs(bt)
+        # the actor's steps were x_0..x_{T-1}; the last observation x_T belongs to unroll b
+        _, _, (h, c) = model.unroll(bt["obs"][:T], (bt["core_h0"], bt["core_c0"]),
+                                    x["first"][:T], x["prev_action"][:T], x["prev_reward"][:T])
+    np.testing.assert_allclose(h.numpy(), b["core_h0"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), b["core_c0"], rtol=0, atol=1e-6)
+    assert np.array_equal(b["first0"], ~a["valid"][-1])
+    assert np.array_equal(b["prev_action0"], a["actions"][-1])
+    assert np.array_equal(b["prev_reward0"], a["rewards"][-1])
+
+
+# -- the environment ----------------------------------------------------------------------
+def test_cartpole_novel_is_cartpole_without_velocities() -> None:
+    spec = env_spec(ENV)
+    assert (spec.obs_shape, spec.obs_dtype, spec.num_actions) == ((2,), "<f4", 2)
+    full, novel = make_vector_env("CartPole-v1", 3), make_vector_env(ENV, 3)
+    try:
+        o1, _ = full.reset(seed=7)
+        o2, _ = novel.reset(seed=7)
+        assert np.array_equal(o1[:, [0, 2]], o2)
+        rng = np.random.default_rng(0)
+        for _ in range(60):  # through episode ends and autoresets
+            a = rng.integers(0, 2, 3)
+            s1, s2 = full.step(a), novel.step(a)
+            assert np.array_equal(s1[0][:, [0, 2]], s2[0])
+            for x, y in zip(s1[1:4], s2[1:4], strict=True):
+                assert np.array_equal(x, y)
+    finally:
+        full.close()
+        novel.close()
+
+
+# -- (c) runs -------------------------------------------------------------------------------
+RUN = ["--env", ENV, "--core", "lstm:32", "--total-steps", "3000", "--envs-per-actor", "4",
+       "--quiet", "--no-tensorboard", "--seed", "1"]
+
+
+def _check(d: Path, backend: str, world_size: int) -> dict:
+    s = load_run(d)
+    assert (s["backend"], s["world_size"]) == (backend, world_size), s
+    assert s["env_steps"] >= 3000 and s["learner_updates"] > 0 and s["episodes"] > 0
+    assert json.loads((d / "config.json").read_text())["core"] == "lstm:32"
+    params = torch.load(d / "policy.pt", weights_only=True)["state_dict"]
+    assert params["core.weight_hh"].shape == (4 * 32, 32)
+    return s
+
+
+@pytest.mark.parametrize("argv", [["--actors", "0", "--core-prev-action-reward"],
+                                  ["--actors", "2"],
+                                  ["--actors", "2", "--mode", "sync",
+                                   "--core-prev-action-reward"]])
+def test_run_embedded(tmp_path: Path, argv: list[str]) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "impala", *argv, *RUN, "--run-dir", str(d))
+    assert r.returncode == 0, r.stdout + r.stderr
+    _check(d, "none" if argv[1] == "0" else "gloo", 1 if argv[1] == "0" else 3)
+
+
+def test_run_under_mpiexec(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    job = run_mpi(3, ["-m", "archzoo", "run", "impala", *RUN, "--run-dir", str(d)],
+                  timeout_s=120)
+    assert job.returncode == 0, describe(job)
+    _check(d, "mpi", 3)
+
+
+def test_run_under_torchrun(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    torchrun(3, "run", "impala", *RUN, "--run-dir", str(d), timeout=120)
+    _check(d, "gloo", 3)
+
+
+# -- (d) bad flags ----------------------------------------------------------------------------
+@pytest.mark.parametrize("argv,needle", [
+    (["--core", "gru"], "--core 'gru': expected none, lstm or lstm:SIZE"),
+    (["--core", "lstm:0"], "--core 'lstm:0'"),
+    (["--core", "lstm:big"], "--core 'lstm:big'"),
+    (["--core-prev-action-reward"], "add --core lstm"),
+])
+def test_bad_core_exits_2_with_one_line(argv: list[str], needle: str, capsys) -> None:
+    from archzoo.cli import main
+
+    assert main(["run", "impala", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("archzoo: error:") and needle in err[0], err
