@@ -1,8 +1,9 @@
 """archzoo: a zoo of parallel actor-learner architectures for deep RL.
 
-From Python: ``archzoo.run(ARCH, **flags)`` runs an architecture and returns its summary;
-``archzoo.load_policy(RUN_DIR)`` rebuilds a finished run's policy (see archzoo/api.py).
-archzoo/api.py is loaded on first use, so importing the package (every rank does) stays light.
+From Python: ``archzoo.run(ARCH, **flags)`` runs an architecture and returns its summary
+(archzoo/api.py); ``archzoo.load_policy(RUN_DIR)`` rebuilds a finished run's policy
+(archzoo/policy.py).
+Both modules are loaded on first use, so importing the package (every rank does) stays light.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def run(arch: str, **flags: Any) -> dict[str, Any]:
 
 
 def load_policy(run_dir: Any, greedy: bool = False, seed: int = 0) -> Any:
-    """A finished run's policy, ready to act: see :func:`archzoo.api.load_policy`."""
-    from archzoo import api
+    """A finished run's policy, ready to act: see :func:`archzoo.policy.load_policy`."""
+    from archzoo import policy
 
-    return api.load_policy(run_dir, greedy, seed)
+    return policy.load_policy(run_dir, greedy, seed)

@@ -1,91 +1,38 @@
-"""``archzoo list | run ARCH | eval RUN_DIR`` (and ``study``, ``bench comm``, ``plot``).
+"""``archzoo list | run ARCH | eval RUN_DIR`` (and ``study``, ``bench comm``, ``plot``): the
+command line parses and dispatches.
 
-Arguments are validated on every rank before any process group exists; a bad one gives
-one line on rank 0's stderr and exit code 2, no traceback.
+``run`` goes through archzoo/resolve.py (flags, config files and presets, resume,
+validation) and :func:`archzoo.api.launch`, as ``archzoo.run`` does. Arguments are
+validated on every rank before any process group exists; a bad one gives one line on rank
+0's stderr and exit code 2, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import os
 import sys
-import time
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from archzoo import envvars
-from archzoo.config import Rules, RunConfig, flag_fields, flag_name
+from archzoo import presets
+from archzoo.api import launch
+from archzoo.architectures import get, names
+from archzoo.comm.factory import detect_launch
+from archzoo.config import RunConfig
 from archzoo.errors import EXIT_USAGE, UsageError
-from archzoo.model_shapes import MODELS
-
-T_START = envvars.launch_time()  # when the launch began (the launcher says, else now)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-_TYPES = {"int": int, "float": float, "str": str}
-
-
-class _Repeat(argparse.Action):
-    """A flag that may be given several times: its values joined by commas."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        before = getattr(namespace, self.dest, None)
-        before = "" if before in (None, argparse.SUPPRESS) else before
-        setattr(namespace, self.dest, ",".join(v for v in (before, str(values)) if v))
-
-
-def _field_type(f: dataclasses.Field) -> str:
-    """'int', 'float', 'str' or 'bool' from a field's annotation ('int | None' -> 'int')."""
-    return str(f.type).split("|")[0].strip()
-
-
-def _add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
-    """One flag per field of ``cls``, grouped, each default shown once.
-
-    Defaults are suppressed in the namespace, so the parse says which flags were given;
-    :func:`parse_run` lays them over the config file and the class's defaults."""
-    groups: dict[str, Any] = {}
-    for f in flag_fields(cls):
-        meta = f.metadata
-        g = groups.get(meta["group"]) or groups.setdefault(
-            meta["group"], p.add_argument_group(meta["group"]))
-        kind = _field_type(f)
-        shown = "" if f.default is None or f.default is False or f.default == "" \
-            else f" (default: {f.default})"
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
-                              "help": meta["help"] + shown}
-        if kind == "bool":
-            kw["action"] = "store_true" if f.default is False else \
-                argparse.BooleanOptionalAction
-        elif meta.get("repeat"):
-            kw.update(action=_Repeat, metavar=f.name.upper())
-        else:
-            kw["type"] = _TYPES[kind]
-            kw["metavar"] = f.name.upper() if not meta["choices"] else None
-            if meta["choices"]:
-                kw["choices"] = meta["choices"]
-        g.add_argument(flag_name(f.name), **kw)
+from archzoo.resolve import UsageParser, add_run_arguments, arch_from_argv, parse_run
 
 
 def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command; ``archzoo run ARCH`` takes ARCH's config fields as flags
     (an ARCH that names no architecture is a UsageError)."""
-    from archzoo.architectures import get, names
-
     try:
         cls = RunConfig if arch is None else get(arch).config
     except KeyError as e:
         raise UsageError(e.args[0]) from None
 
-    p = _Parser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
+    p = UsageParser(prog="archzoo", description="A zoo of parallel actor-learner architectures.")
     p.add_argument("--version", action="version", version=f"archzoo {version()}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=UsageParser)
     ls = sub.add_parser("list", help="the architectures: roles, modes, topologies")
     ls.add_argument("--matrix", action="store_true", help="architecture x topology x mode: "
                     "runs, or why not")
@@ -98,9 +45,7 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     sub.add_parser("plot", help="learning curves of run directories in one figure "
                    "(archzoo plot -h)", add_help=False)
     run = sub.add_parser("run", help="run an architecture")
-    run.add_argument("arch", help=f"one of: {', '.join(names())}; or package.module:NAME, "
-                     "an Architecture record in your own module (docs/tutorial.md)")
-    _add_config_flags(run, cls)
+    add_run_arguments(run, cls)
     ev = sub.add_parser("eval", help="replay a run's final policy")
     ev.add_argument("run_dir")
     ev.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
@@ -126,363 +71,21 @@ def version() -> str:
         return __version__
 
 
-def _arch_from_argv(argv: list[str]) -> str | None:
-    if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):
-        return argv[1]
-    return None
-
-
-CONFIG_FORMATS = {".toml": "TOML", ".json": "JSON"}
-
-
-def did_you_mean(word: str, choices: Any) -> str:
-    """`` (did you mean 'x'?)`` for the choice closest to ``word``, or '' when none is close."""
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _config_text(value: str, arch: str | None) -> tuple[str, str, str]:
-    """(what to call it in messages, its text, 'toml' or 'json') for ``--config VALUE``: a
-    TOML or JSON file, or the name of a bundled preset (archzoo/presets/NAME/ARCH.toml)."""
-    from archzoo import presets
-
-    f = Path(value)
-    formats = " or ".join(f"{kind} ({suffix})" for suffix, kind in CONFIG_FORMATS.items())
-    if f.suffix and f.suffix.lower() not in CONFIG_FORMATS:
-        raise UsageError(f"--config {value}: {f.suffix} files are not supported: use a "
-                         f"{formats} file, or a bundled preset "
-                         f"({', '.join(presets.names())}; archzoo list --configs)")
-    if f.is_file():
-        return value, f.read_text(), "toml" if f.suffix.lower() == ".toml" else "json"
-    if not presets.is_preset_name(value):
-        raise UsageError(f"--config: no such file {value!r}")
-    bundled = presets.names()
-    if value not in bundled:
-        raise UsageError(f"--config {value}: no such file or bundled preset"
-                         f"{did_you_mean(value, bundled)}; the bundled presets are "
-                         f"{', '.join(bundled)} (archzoo list --configs)")
-    if arch is None or presets.find(value, arch) is None:
-        raise UsageError(f"--config {value}: the bundled preset has no file for "
-                         f"{arch or 'this architecture'}; it has "
-                         f"{', '.join(presets.archs(value))}")
-    return f"{value} (archzoo/presets/{value}/{arch}.toml)", presets.read(value, arch), "toml"
-
-
-def _load_config_file(path: str, cls: type[RunConfig], arch: str | None = None
-                      ) -> dict[str, Any]:
-    """Flag values from a JSON or TOML file, or from ``arch``'s bundled preset when ``path``
-    names one (``minatar``), keyed by field name, checked against ``cls``."""
-    name, text, fmt = _config_text(path, arch)
-    try:
-        if fmt == "toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            data = json.loads(text)
-    except Exception as e:  # noqa: BLE001 - any parse error is bad input
-        raise UsageError(f"--config {name}: cannot parse as {fmt.upper()}: {e}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"--config {name}: expected a table/object of flag values")
-    values = {k.replace("-", "_"): v for k, v in data.items()}
-    fields = {fl.name: fl for fl in flag_fields(cls)}
-    unknown = [k for k in data if k.replace("-", "_") not in fields]
-    if unknown:
-        said = []
-        for k in unknown:
-            spelt = [n.replace("_", "-") for n in fields] if "-" in k else list(fields)
-            said.append(f"{k!r}{did_you_mean(k, spelt)}")
-        raise UsageError(f"--config {name}: unknown key{'s' if len(said) > 1 else ''} "
-                         f"{', '.join(said)}")
-    for k, v in values.items():
-        kind = _field_type(fields[k])
-        if fields[k].metadata.get("repeat") and isinstance(v, list) and \
-                all(isinstance(x, str) for x in v):
-            v = values[k] = ",".join(v)  # a repeatable flag as a list of values
-        ok = v is None or (isinstance(v, bool) if kind == "bool" else
-                           isinstance(v, (int, float)) and not isinstance(v, bool)
-                           if kind == "float" else isinstance(v, _TYPES[kind])
-                           and not isinstance(v, bool))
-        if not ok:
-            raise UsageError(f"--config {name}: {k} = {v!r} is not a {kind}")
-        if kind == "float" and v is not None:
-            values[k] = float(v)
-    return values
-
-
-# What a resumed run may set anew; every other flag comes from the run's config.json.
-RESUME_MAY_CHANGE = frozenset({
-    "total_steps", "time_limit", "target_return", "log_interval", "quiet", "tensorboard",
-    "comm_timeout", "startup_timeout", "checkpoint_interval", "keep_checkpoints", "threads",
-    "device", "backend", "actors", "resume", "run_dir", "max_restarts", "min_actors",
-    "checkpoint_replay", "record_video"})
-
-
-def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],
-                   cls: type[RunConfig] | None = None) -> tuple[str, dict[str, Any]]:
-    """``--resume RUN_DIR``: the architecture and flag values of the run in ``run_dir``
-    (its config.json), with the ``given`` ones laid over where they may change."""
-    from archzoo.architectures import get
-
-    cfg_file = Path(run_dir) / "config.json"
-    if not cfg_file.is_file():
-        raise UsageError(f"--resume {run_dir}: no config.json there (not a run directory)")
-    saved = json.loads(cfg_file.read_text())
-    if arch is not None and arch != saved.get("arch"):
-        raise UsageError(f"--resume {run_dir}: that run is {saved.get('arch')!r}, not {arch!r}")
-    arch = saved["arch"]
-    check_checkpoint(run_dir, arch, saved.get("env"))
-    try:
-        cls = cls or get(arch).config
-    except KeyError as e:
-        raise UsageError(e.args[0]) from None
-    fixed = sorted(k for k in given if k not in RESUME_MAY_CHANGE)
-    if fixed:
-        raise UsageError(f"--resume takes {flag_name(fixed[0])} from {cfg_file}; only "
-                         "the limits, logging, checkpoint, device, backend and actor "
-                         "flags may be given anew")
-    names = {f.name for f in flag_fields(cls)}
-    # the launch decides backend and actors again unless given (an embedded run may be
-    # resumed under mpiexec); the config file was already applied when the run began
-    values = {k: v for k, v in saved.items()
-              if k in names and k not in ("backend", "actors", "config", "run_dir", "resume")}
-    if not {"backend", "actors"} & set(given) and "actors" in saved:
-        values["actors"] = saved["actors"]
-    if "backend" not in given and saved.get("backend"):
-        from archzoo.comm.factory import detect_launch
-
-        if not detect_launch().under_launcher:  # archzoo starts the ranks: the run's engine
-            values["backend"] = saved["backend"]
-    values.update(given)
-    values.update(run_dir=str(run_dir), resume=str(run_dir))
-    return arch, values
-
-
-def check_checkpoint(run_dir: str, arch: str, env: str | None) -> None:
-    """The latest checkpoint of ``run_dir`` can be resumed as ``arch`` on ``env``: read it
-    (a truncated or foreign file is a usage error, before anything is written)."""
-    from archzoo.checkpoint import DIRNAME, CheckpointError, latest, load
-
-    path = latest(run_dir)
-    if path is None:
-        raise UsageError(f"--resume {run_dir}: no checkpoint in {DIRNAME}/ (the run ended "
-                         "before its first one, or was not made with checkpoints)")
-    try:
-        state = load(path)
-    except CheckpointError as e:
-        raise UsageError(f"--resume: {e}") from None
-    for what, want in (("arch", arch), ("env", env)):
-        if state.get(what) not in (None, want):
-            raise UsageError(f"--resume: checkpoint {path} is of {what} {state.get(what)!r}, "
-                             f"the run in {run_dir} is {want!r}")
-    for own in sorted(path.parent.glob("*-rank*.pt")):  # the ranks' own (OwnCheckpoint)
-        try:
-            load(own)
-        except CheckpointError as e:
-            raise UsageError(f"--resume: {e}") from None
-
-
-def check_run_dir(cfg: RunConfig) -> None:
-    """A run never writes into another run's directory unless it resumes that run."""
-    d = Path(cfg.run_dir)
-    if d.exists() and not d.is_dir():
-        raise UsageError(f"--run-dir {cfg.run_dir}: exists and is not a directory")
-    if cfg.resume is None and d.is_dir() and any(d.iterdir()):
-        raise UsageError(f"--run-dir {cfg.run_dir} is not empty (another run's files?): "
-                         f"continue that run with --resume {cfg.run_dir}, or choose another "
-                         "--run-dir")
-
-
-def _resume_arg(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        if a == "--resume" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--resume="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
-    """``archzoo run ARCH ...`` (or ``archzoo run --resume RUN_DIR ...``) as the
-    architecture's config, and the flags given."""
-    from archzoo.architectures import get
-
-    resume = _resume_arg(argv)
-    if resume is not None and _arch_from_argv(argv) is None:  # the run names its arch
-        argv = [argv[0], resumed_values(resume, None, {})[0], *argv[1:]]
-    args = build_parser(_arch_from_argv(argv)).parse_args(argv)
-    try:
-        cls = get(args.arch).config
-    except KeyError as e:
-        raise UsageError(e.args[0]) from None
-    given = set(vars(args)) - {"command", "arch"}
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-    run_dir = getattr(args, "run_dir", None)
-    if resume is None and restarted and run_dir is not None:
-        from archzoo.checkpoint import latest
-
-        if latest(run_dir) is not None:  # torchrun restarted the group: go on from there
-            resume = run_dir
-            given = {k for k in given if k in RESUME_MAY_CHANGE}
-    if resume is not None:
-        arch, values = resumed_values(resume, args.arch, {k: getattr(args, k) for k in given},
-                                      cls)
-        return cls(arch=arch, **values), given | {"run_dir", "resume"}
-    values = _load_config_file(args.config, cls, args.arch) \
-        if getattr(args, "config", None) else {}
-    values.update({k: getattr(args, k) for k in given})
-    return cls(arch=args.arch, **values), given
-
-
 def parse(argv: list[str]) -> Any:
     """A run's config for ``run``; the parsed namespace for the other commands."""
     if argv[:1] == ["run"]:
         return parse_run(argv)[0]
-    return build_parser(_arch_from_argv(argv)).parse_args(argv)
-
-
-def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, int]:
-    """Check the config and the launch; resolve what the user left open.
-
-    Returns (the Architecture record, Launch, resolved config, world size); the config
-    that came in is not changed. The architecture's module (and with it torch) is not
-    imported here: a parent that only starts the ranks never needs it."""
-    from archzoo.architectures import dir_name, get
-    from archzoo.comm.factory import detect_launch
-    from archzoo.envs import EnvError, env_spec
-
-    try:
-        record = get(cfg.arch)
-    except KeyError as e:
-        raise UsageError(e.args[0]) from None
-    rules = Rules()
-    RunConfig.check(cfg, rules)  # the common flags first, before the env is made
-    if rules.problem:
-        raise UsageError(rules.problem)
-    try:
-        spec = env_spec(cfg.env, cfg.env_kwargs, episodic_life=cfg.episodic_life,
-                        clip_rewards=cfg.clip_rewards, imports=cfg.env_import)
-    except EnvError as e:
-        raise UsageError(str(e)) from None
-    _check_model(cfg, spec)
-    changes: dict[str, Any] = {}
-    if cfg.target_return is None:
-        from archzoo.envs import reward_threshold
-
-        changes["target_return"] = reward_threshold(cfg.env, cfg.env_import)
-    launch = detect_launch()
-    if launch.launcher in ("torchrun", "embedded"):
-        if cfg.backend == "mpi":
-            raise UsageError("--backend mpi needs mpiexec (mpiexec -n N python -m archzoo ...); "
-                             "under torchrun use gloo")
-        changes["backend"] = "gloo"
-    elif launch.launcher == "mpiexec":
-        if cfg.backend == "gloo":
-            raise UsageError("under mpiexec use --backend mpi (gloo needs torchrun or no launcher)")
-        changes["backend"] = "mpi"
-    else:
-        changes["backend"] = cfg.backend or "gloo"
-    if launch.under_launcher:
-        expected = cfg.actors_for(launch.world_size)
-        if "actors" in given and cfg.world_size(cfg.actors) != launch.world_size:
-            raise UsageError(f"--actors {cfg.actors} contradicts the launcher's world size "
-                             f"{launch.world_size} (that is --actors {expected})")
-        if expected < 1 and launch.world_size > 1:
-            raise UsageError(f"{cfg.arch} needs at least {cfg.world_size(1)} processes with "
-                             f"these flags, the launcher started {launch.world_size}")
-        changes["actors"] = expected
-    elif cfg.actors is None:
-        changes["actors"] = 2
-    if cfg.topology is None:
-        changes["topology"] = cfg.default_topology
-    cfg = cfg.replace(**changes)
-    problem = cfg.problem()
-    if problem:
-        raise UsageError(problem)
-    world = launch.world_size if launch.under_launcher else cfg.world_size(cfg.actors)
-    if cfg.servers_on == "last":
-        if launch.launcher not in ("torchrun", "mpiexec"):
-            raise UsageError("--servers-on last chooses which node holds the servers: it "
-                             "needs torchrun or mpiexec (on one machine there is nothing to "
-                             "place)")
-        launch = launch.servers_last(world - cfg.actors)
-    if cfg.backend == "mpi":
-        import importlib.util
-
-        from archzoo.launcher import find_mpiexec
-
-        if importlib.util.find_spec("mpi4py") is None:
-            raise UsageError("--backend mpi: mpi4py is not installed (pip install mpi4py mpich)")
-        if not launch.under_launcher and world > 1 and find_mpiexec() is None:
-            raise UsageError("--backend mpi: mpiexec not found (pip install mpich)")
-    if cfg.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device is available "
-                             "(use --device auto or cpu)")
-    if cfg.run_dir is not None and launch.rank == 0:
-        # only rank 0 writes the run directory; on other hosts it may not exist, or (a shared
-        # file system) rank 0 may have made it already
-        check_run_dir(cfg)
-    if cfg.run_dir is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = f"{dir_name(record.name)}-{cfg.env}-{cfg.backend}-{stamp}"
-        cfg = cfg.replace(run_dir=str(Path("runs") / name))
-    return record, launch, cfg, world
-
-
-def _check_model(cfg: RunConfig, spec: Any) -> None:
-    """The chosen torso must take this env's observations: the built-in ones by their
-    shape rules, a user's factory by building it once on the CPU."""
-    from archzoo.model_shapes import check_builtin
-
-    try:
-        if check_builtin(cfg.model, spec.obs_shape) in MODELS:
-            return
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    import torch
-
-    from archzoo.nets import make_torso
-
-    try:
-        torso = make_torso(cfg.model, spec.obs_shape, spec.obs_dtype,
-                           getattr(cfg, "hidden", 64), spec.num_actions)
-    except ValueError as e:  # an unknown name, a factory that cannot load, a misfit
-        raise UsageError(str(e)) from None
-    try:
-        with torch.no_grad():
-            torso(torch.zeros((1, *spec.obs_shape), dtype=torch.float32))
-    except Exception as e:  # noqa: BLE001 - any failure here is a model that does not fit
-        raise UsageError(f"--model {cfg.model} does not fit {cfg.env}'s observations "
-                         f"{tuple(spec.obs_shape)} {spec.obs_dtype}: {e}") from None
-
-
-def _forward_argv(argv: list[str], args: RunConfig) -> list[str]:
-    """The child command: the user's flags plus what the parent resolved."""
-    out = list(argv)
-    if "--run-dir" not in argv:
-        out += ["--run-dir", args.run_dir]
-    if "--backend" not in argv:
-        out += ["--backend", args.backend]
-    return out
+    return build_parser(arch_from_argv(argv)).parse_args(argv)
 
 
 def cmd_run(argv: list[str]) -> int:
     """``archzoo run``: the flags as a config, launched as ``archzoo.run`` launches it."""
-    from archzoo.api import launch
-
     cfg, given = parse_run(argv)
     return launch(cfg, given, in_process=True)[0]
 
 
 def cmd_list() -> int:
     """The built-in architectures, then those that installed packages register."""
-    from archzoo.architectures import get, names
-
     for name in names():
         try:
             a = get(name)
@@ -497,8 +100,6 @@ def cmd_list() -> int:
 
 def cmd_list_configs() -> int:
     """``archzoo list --configs``: the bundled presets that ``--config NAME`` takes."""
-    from archzoo import presets
-
     for line in presets.describe():
         print(line)
     print("use: archzoo run ARCH --config NAME (flags on the command line override the "
@@ -511,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"archzoo {version()}")
         return 0
-    from archzoo.comm.factory import detect_launch
-
     try:
         rank = detect_launch().rank
     except Exception:  # noqa: BLE001
@@ -521,17 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["study"]:
             from archzoo import study
 
-            return study.main(argv[1:], _Parser)
+            return study.main(argv[1:], UsageParser)
         if argv[:1] == ["plot"]:
             from archzoo import plot
 
-            return plot.main(argv[1:], _Parser)
+            return plot.main(argv[1:], UsageParser)
         if argv[:2] == ["bench", "comm"]:
             from archzoo import benchcomm
 
             return benchcomm.main(argv[2:])
         if any(a in ("-h", "--help") for a in argv):
-            build_parser(_arch_from_argv(argv)).parse_args(argv)
+            build_parser(arch_from_argv(argv)).parse_args(argv)
         if argv[:1] == ["run"]:
             return cmd_run(argv)
         args = parse(argv)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from archzoo.errors import UsageError
+from archzoo.policy import load_policy
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -20,7 +21,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--video {args.video}: the video is an .mp4 file")
     import torch
 
-    from archzoo.api import load_policy
     from archzoo.envs import EnvError
     from archzoo.video import play, policy_env
 

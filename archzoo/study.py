@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from archzoo.config import MODES, TOPOLOGIES
+from archzoo.resolve import parse_run
 
 BACKENDS = ("gloo", "mpi")
 COLUMNS = ("arch", "topology", "actors", "backend", "link", "mode", "seed", "straggler",
@@ -214,7 +215,6 @@ def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, 
     """``cmd`` (``python -m archzoo run ...``) across two simulated hosts: its servers on
     host 0, its actors on host 1; (exit code, output)."""
     from archzoo import multinode
-    from archzoo.cli import parse_run
     from archzoo.simhosts import SimHosts, unavailable
 
     why = unavailable()

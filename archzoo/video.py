@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from archzoo.policy import load_policy
+
 VIDEO_DIR = "videos"  # in the run directory
 MIN_SIDE = 160  # smaller frames (MinAtar's 10x10 grid) are scaled up by a whole factor
 RUN_VIDEO_MAX_STEPS = 10_000  # a run's video stops there (a greedy policy may never lose)
@@ -157,8 +159,6 @@ def record_policy(policy_file: Path, out: Path, seed: int = 0,
                   max_steps: int | None = RUN_VIDEO_MAX_STEPS) -> Played:
     """One greedy episode of the policy in ``policy_file`` (policy.pt, or a snapshot in its
     format), filmed into ``out``."""
-    from archzoo.api import load_policy
-
     policy = load_policy(policy_file, greedy=True, seed=seed)
     return play(policy, policy_env(policy.meta), 1, seed, out, max_steps)
 

@@ -15,9 +15,9 @@ import torch
 import archzoo
 from archzoo.api import config_argv
 from archzoo.architectures import ARCHITECTURES
-from archzoo.cli import parse_run
 from archzoo.config import flag_fields
 from archzoo.errors import UsageError
+from archzoo.resolve import parse_run
 
 FAST = {"envs_per_actor": 2, "quiet": True, "log_interval": 0.5}
 
@@ -51,6 +51,16 @@ def test_config_argv_parses_back_into_the_same_config(arch: str) -> None:
         back, given = parse_run(config_argv(cfg, values))
         assert back == cfg
         assert given <= set(values)  # a False store_true flag is its default, not spelled
+
+
+def test_the_api_keeps_its_names_where_they_moved() -> None:
+    """load_policy and Policy live in archzoo/policy.py, config_argv and restart_argv in
+    archzoo/resolve.py; archzoo.api still has them."""
+    from archzoo import api, policy, resolve
+
+    assert api.load_policy is policy.load_policy and api.Policy is policy.Policy
+    assert api.config_argv is resolve.config_argv and api.restart_argv is resolve.restart_argv
+    assert set(api.__all__) <= set(vars(api))
 
 
 def test_bad_input_raises_the_command_lines_message() -> None:

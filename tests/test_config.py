@@ -12,9 +12,10 @@ import pytest
 
 from archzoo import config as C
 from archzoo.architectures import ARCHITECTURES
-from archzoo.cli import build_parser, parse_run, validate_run
+from archzoo.cli import build_parser
 from archzoo.config import MODES, TOPOLOGIES, flag_fields, flag_name
 from archzoo.errors import UsageError
+from archzoo.resolve import parse_run, validate_run
 
 
 def _run_flags(arch: str) -> set[str]:

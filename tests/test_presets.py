@@ -12,8 +12,9 @@ from runs import cli
 import archzoo
 from archzoo import presets
 from archzoo.architectures import ARCHITECTURES
-from archzoo.cli import main, parse_run, validate_run
+from archzoo.cli import main
 from archzoo.errors import UsageError
+from archzoo.resolve import parse_run, validate_run
 
 
 def test_the_presets_ship_for_every_architecture() -> None:

@@ -13,8 +13,9 @@ import archzoo
 from archzoo import architectures
 from archzoo.api import _config, config_argv
 from archzoo.architectures import ARCHITECTURES, Architecture, dir_name, get, names
-from archzoo.cli import build_parser, cmd_list, main, parse_run, validate_run
+from archzoo.cli import build_parser, cmd_list, main
 from archzoo.launcher import child_env
+from archzoo.resolve import parse_run, validate_run
 from examples.replay_impala import ReplayImpalaConfig
 
 ROOT = Path(__file__).resolve().parents[1]
