@@ -4,8 +4,9 @@ A tag names one stream of messages: messages between two ranks on one tag arrive
 and a receive posted on a tag only matches sends on that tag (docs/index.md, the Transport
 contract). Each number that archzoo's runs and tools send on is defined here and nowhere
 else; tests/test_tags.py checks that the numbers are distinct and the blocks do not
-overlap, and that docs/index.md lists them. This module imports nothing, so every layer may
-use it (the harness re-exports the architectures' tags as ``archzoo.harness.TAG_*``).
+overlap, and that docs/index.md lists them. This module imports only the standard
+library, so every layer may use it (the harness re-exports the architectures' tags as
+``archzoo.harness.TAG_*``).
 """
 
 from __future__ import annotations
