@@ -152,6 +152,7 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     signal (``error`` False) gets ``reason`` itself ("signal: SIGTERM", "interrupted")."""
     if not _OPEN:
         return []
+    policy = _current_policy()  # before the pop: it reads the open run
     run = _OPEN.pop()
     mon = run.mon
     mon.close()
@@ -165,8 +166,8 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
                           cfg.device, mon.updates, {}, _checkpoint_summary(mon))
     run.run_dir.write_summary(summary)
     wrote.append("summary.json")
-    if run.policy is not None:
-        run.run_dir.save_policy(*_current_policy())
+    if policy is not None:
+        run.run_dir.save_policy(*policy)
         wrote.append("policy.pt")
     run.run_dir.close()
     return wrote
