@@ -282,14 +282,11 @@ def run_row(run: dict, checkpoints: Iterable[float], threshold: float) -> list[s
     best, final = best_final(rows)
     at = [with_eval(run, value_at(rows, m), value_at(rows, m, "eval_mean_return"))
           for m in checkpoints]
-    final_eval = run.get("eval_mean_return")
-    if final_eval is None:
-        final_eval = (windows(rows, "eval_mean_return") or [None])[-1]
     steps = run.get("env_steps")
     flag = "collapsed" if collapsed(best, final, threshold) else ""
     if run.get("error"):
         flag = ("failed: " + run["error"]).replace("|", "\\|")
-    return [run["setup"], str(run["seed"]), *at, fmt(best), with_eval(run, final, final_eval),
+    return [run["setup"], str(run["seed"]), *at, fmt(best), with_eval(run, final, final_eval(run)),
             "" if steps is None else f"{steps:,}", fmt(run.get("policy_lag_mean")),
             fmt(run.get("policy_lag_p90"), 1), flag]
 
@@ -310,8 +307,24 @@ def runs_table(runs: list[dict], checkpoints: tuple[float, ...], threshold: floa
     return table(header, align, [run_row(r, checkpoints, threshold) for r in runs])
 
 
+def final_eval(run: dict) -> float | None:
+    """The run's last greedy evaluation (summary.json, else the last metrics row's)."""
+    ev = run.get("eval_mean_return")
+    return ev if ev is not None else (windows(run.get("rows") or [], "eval_mean_return")
+                                      or [None])[-1]
+
+
+def score(run: dict) -> float | None:
+    """What a run is judged by: its final return100 window, or for the ε-greedy
+    architectures (Ape-X, Gorila: their behaviour return includes exploration) the greedy
+    evaluation, as those papers report."""
+    if run.get("error"):
+        return None
+    return final_eval(run) if run["arch"] in EPSILON_ARCHS else best_final(run["rows"])[1]
+
+
 def median_final(runs: list[dict]) -> float | None:
-    finals = [f for r in runs if not r.get("error") and (f := best_final(r["rows"])[1]) is not None]
+    finals = [f for r in runs if (f := score(r)) is not None]
     return statistics.median(finals) if finals else None
 
 
@@ -331,7 +344,7 @@ def summary_table(by_setup: dict[str, list[dict]], seeds: int, random_mean: floa
         own_ratio = med / own if med is not None and own not in (None, 0) else None
         rows.append([name, f"{ok}/{seeds}", fmt(med), fmt(own), fmt(own_ratio), fmt(ref),
                      fmt(ratio), fmt(random_mean)])
-    header = ["setup", "seeds run", "median final window", "own single process",
+    header = ["setup", "seeds run", "median final (ε-greedy: greedy eval)", "own single process",
               "× own", "single process (reference)", "× reference",
               f"random policy ({RANDOM_EPISODES} episodes)"]
     return table(header, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], rows)
