@@ -215,14 +215,24 @@ class RecurrentActorCritic(nn.Module):
       ``model(obs, state, first, prev_action, prev_reward) -> (logits, value, new_state)``;
     - :meth:`unroll` runs the torso over ``[T, B, ...]`` at once and the core step by step
       from ``state``, with the same resets (what the learner runs on an unroll).
+
+    ``value_scale``: the value head's output is multiplied by it. The core's output is
+    bounded in (-1, 1), so a plain linear head reaches returns of tens (CartPole's V is 10
+    to 100 with γ = 0.99) only through weights that Adam grows by about the learning rate
+    per update; meanwhile the value loss drives the LSTM's units into saturation (|h| ≈ 1
+    everywhere), where its output no longer depends on the observations or the past, and
+    the policy stops learning. Under Adam the factor is a learning rate ``value_scale``
+    times larger for the value head alone. The paper clips rewards to [-1, 1] on sparse-
+    reward tasks, where the values stay small.
     """
 
     recurrent = True
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
                  model: str = "mlp", obs_dtype: str = "<f4", core_size: int = 64,
-                 prev_action_reward: bool = False) -> None:
+                 prev_action_reward: bool = False, value_scale: float = 10.0) -> None:
         super().__init__()
+        self.value_scale = value_scale
         self.torso = make_torso(model, tuple(obs_shape), obs_dtype, hidden, num_actions)
         self.num_actions, self.core_size = num_actions, core_size
         self.prev_action_reward = prev_action_reward
@@ -259,7 +269,7 @@ class RecurrentActorCritic(nn.Module):
         """One step for a batch ``obs`` [B, *obs_shape]: logits [B, A], value [B] and the
         state after it."""
         h, c = self._step(self.torso(obs), state, first, prev_action, prev_reward)
-        return self.policy(h), self.value(h).squeeze(-1), (h, c)
+        return self.policy(h), self.value(h).squeeze(-1) * self.value_scale, (h, c)
 
     def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
                first: torch.Tensor, prev_action: torch.Tensor | None = None,
@@ -276,7 +286,7 @@ class RecurrentActorCritic(nn.Module):
                                None if prev_reward is None else prev_reward[t])
             outs.append(state[0])
         h = torch.stack(outs)
-        return self.policy(h), self.value(h).squeeze(-1), state
+        return self.policy(h), self.value(h).squeeze(-1) * self.value_scale, state
 
 
 def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
