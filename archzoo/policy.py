@@ -63,6 +63,9 @@ def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Pol
         raise UsageError(f"{run_dir}: no policy.pt (not a finished run directory?)")
     saved = torch.load(path, weights_only=True)
     meta = saved["meta"]
+    if meta.get("core"):  # the policy needs its state and the episode starts as it acts
+        raise UsageError(f"{run_dir}: a recurrent policy (--core {meta['core']}); archzoo eval "
+                         "and load_policy do not run recurrent policies yet")
     shape, dtype = tuple(meta["obs_shape"]), meta.get("obs_dtype", "<f4")
     model_name = meta.get("model", "mlp")
     try:
