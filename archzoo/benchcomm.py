@@ -202,7 +202,7 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
     if args.worker is None and "mpi" in args.backends:
         import importlib.util
 
-        from archzoo.launcher import find_mpiexec
+        from archzoo.spawn import find_mpiexec
 
         if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
             raise UsageError("--backend mpi: mpi4py or mpiexec not found "
@@ -394,11 +394,11 @@ def run_job(backend: str, n: int, worker_argv: list[str], limit_s: float,
                                         cmd[1:], next(_PORTS)):
                 start(c, e)
         elif backend == "mpi":
-            from archzoo.launcher import find_mpiexec
+            from archzoo.spawn import find_mpiexec
 
             start([find_mpiexec() or "mpiexec", "-n", str(n), *cmd], env)
         else:
-            from archzoo.comm.factory import free_port
+            from archzoo.spawn import free_port
 
             port = str(free_port())
             for r in range(n):

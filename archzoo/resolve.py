@@ -37,8 +37,8 @@ from archzoo.architectures import names as arch_names
 from archzoo.comm.factory import detect_launch
 from archzoo.config import Rules, RunConfig, flag_fields, flag_name
 from archzoo.errors import UsageError
-from archzoo.launcher import find_mpiexec
 from archzoo.model_shapes import MODELS, check_builtin
+from archzoo.spawn import find_mpiexec
 
 T_START = envvars.launch_time()  # when the launch began (the launcher says, else now)
 

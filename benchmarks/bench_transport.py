@@ -162,7 +162,7 @@ def launch(backend: str, iters: int, rounds: int, timeout_s: float = 300) -> dic
                            text=True, timeout=timeout_s)
         out, rc = p.stdout + p.stderr, p.returncode
     else:
-        from archzoo.comm.factory import free_port
+        from archzoo.spawn import free_port
 
         port = str(free_port())
         files = [tempfile.TemporaryFile("w+") for _ in range(2)]

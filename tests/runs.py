@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from archzoo.launcher import descendants
+from archzoo.spawn import descendants
 
 ARCHZOO = [sys.executable, "-m", "archzoo"]
 RANDOM_RETURN = 22.0  # CartPole-v1 under a uniformly random policy

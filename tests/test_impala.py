@@ -104,7 +104,7 @@ def _wait_for_rows(csv_path: Path, timeout_s: float) -> None:
 def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
     """SIGKILL an actor mid-run with --min-actors 2 (async IMPALA would go on with one):
     the learner and the other actor end with errors naming it."""
-    from archzoo.comm.factory import free_port
+    from archzoo.spawn import free_port
 
     d = tmp_path / "run"
     port = str(free_port())

@@ -85,12 +85,3 @@ def make_transport(backend: str, launch: Launch, timeout_s: float = DEFAULT_TIME
         return MPITransport(timeout_s=timeout_s,
                             rank=None if launch.launcher_rank is None else launch.rank)
     raise ValueError(f"unknown backend {backend!r} (choose gloo or mpi)")
-
-
-def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
