@@ -18,30 +18,20 @@ K = 0 the replay lives in the learner); the remaining ranks are actors.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from actors.evaluation import GreedyEvaluator
-from actors.transitions import TransitionActor, epsilon
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel, Inbox, Message
-from archzoo.comm.sender import DoubleBuffer
+from archzoo.comm import Message
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.harness.replay_role import LearnerReplay, replay_summary, serve_replay
 from archzoo.harness.single_dqn import run_single_dqn
+from archzoo.harness.transition_role import TransitionLeaf
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.runlog import Timers, VersionClock
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
-from replay.keeper import ReplayKeeper
-from replay.server import (
-    LocalReplayClient,
-    RateLimiter,
-    ReplayServer,
-    ShardedReplayClient,
-    insert,
-)
 
 STREAMS = "transitions actor->replay and samples replay<->learner point-to-point"
 
@@ -72,204 +62,107 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
     return None
 
 
-# -- learner ----------------------------------------------------------------------------
+def _digests(cfg: ApexConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
+    model = builders.q_network(cfg, spec) if model is None else model
+    return builders.replay_digests(cfg, spec, num_params(model))
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
                 actors: list[int]) -> dict[str, Any]:
+    """Rank 0: sample, one double-DQN step, new priorities back, publish every so often."""
     cfg, t = ctx.cfg, ctx.transport
-    leaves = shards + actors
     learner = builders.dqn_learner(cfg, spec)
-    n_params = num_params(learner.model)
-    control = ControlChannel(t, leaves, harness.TAG_CONTROL)
-    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, params_schema(n_params), actors,
+    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout,
+                                params_schema(num_params(learner.model)), actors,
                                 harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
-    inserts = memory = None
-    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert,
-                          min_sample=cfg.batch_size)
-    if shards:
-        client: Any = ShardedReplayClient(t, shards, spec.obs_shape, cfg.batch_size, cfg.beta,
-                                          True, harness.SAMPLE_TAGS, cfg.seed,
-                                          obs_dtype=spec.obs_dtype)
-    else:
-        memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
-        inserts = Inbox(t, builders.transitions(cfg, spec), actors,
-                        harness.TAG_TRANSITIONS, depth=2, what="transitions")
-        client = LocalReplayClient(memory, cfg.batch_size, limiter)
-    keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --replay-shards 0
-    harness.handshake_root(control, leaves, builders.replay_digests(cfg, spec, n_params),
-                           cfg.startup_timeout)
-    run_dir, mon = harness.open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
-                                    parts={"learner": learner},
-                                    policy=(learner.model, builders.policy_meta(cfg, spec)))
-    timers = Timers()
-    get_flat(learner.model, publisher.latest["params"])
-    published = VersionClock(learner.version)  # when each version went to the actors
-    publisher.publish(learner.version)
+    replay = LearnerReplay(ctx, spec, shards, actors)  # --replay-shards 0: in this process
+    with harness.root(ctx, shards + actors, _digests(cfg, spec, learner.model), actors=actors,
+                      eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
+                      parts={"learner": learner},
+                      policy=(learner.model, builders.policy_meta(cfg, spec))) as run:
+        run.survive(publisher, replay)
+        timers, published = Timers(), VersionClock(learner.version)  # when each went out
 
-    def take_inserts(force: bool = False) -> None:
-        if inserts is not None:
-            for p in inserts.ready():
-                if not (force or limiter.can_insert()):
-                    break
-                limiter.inserted += insert(memory, inserts.poll(p))
-                inserts.release(p)
-
-    def take_stats() -> None:
-        for _, msg in control.poll():
-            harness.absorb_stats(mon, msg, learner.version, published.age)
-
-    survivors = harness.Survivors(ctx.rank, actors, cfg.min_actors, mon.elapsed)
-    for component in (control, publisher, inserts):
-        if component is not None:
-            survivors.on_drop(component.drop)
-
-    def service() -> None:  # the learner's only contact with actors: a dead one is dropped
-        with timers("comm"):
-            survivors.guard(take_inserts, "taking transitions")
-            survivors.guard(take_stats, "taking statistics")
-            survivors.guard(publisher.pump, "sending parameters")
-        c = t.counters.totals()
-        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-        keeper.maybe_save()
-
-    client.request(on_poll=service)
-    stop = None
-    while stop is None:
-        batch = client.receive(on_poll=service)
-        client.request(on_poll=service)  # prefetch the next batch while this one trains
-        td, stats = learner.update(batch.data, batch.weights)
-        mon.add_learner_stats(stats)
-        client.update_priorities(batch, td)
-        mon.updates = learner.version
-        if learner.version % cfg.publish_every == 0:
+        def publish() -> None:
             with timers("comm"):
                 get_flat(learner.model, publisher.latest["params"])
                 published.mark(learner.version)
-                survivors.guard(lambda: publisher.publish(learner.version),
-                                "sending parameters")
-        service()
-        stop = mon.check_stop()
+                run.guard(lambda: publisher.publish(learner.version), "sending parameters")
 
-    def drain() -> None:
-        client.drain()
-        take_inserts(force=True)
-        publisher.pump()
+        def service() -> None:  # the learner's only contact with actors: a dead one is dropped
+            with timers("comm"):
+                run.guard(replay.take_inserts, "taking transitions")
+                run.absorb(learner.version, published.age)
+                run.guard(publisher.pump, "sending parameters")
+            run.log()
+            replay.keeper.maybe_save()
 
-    byes = harness.finish_root(ctx, control, leaves, drain,
-                               outstanding=lambda: publisher.wait_all(on_poll=drain),
-                               survivors=survivors)
-    keeper.save()
+        def drain() -> None:
+            replay.drain()
+            publisher.pump()
+
+        run.on_stop(drain, outstanding=lambda: publisher.wait_all(on_poll=drain))
+        publish()  # version 0 (or the resumed one)
+        replay.client.request(on_poll=service)
+        while not run.stopped:
+            batch = replay.client.receive(on_poll=service)
+            replay.client.request(on_poll=service)  # prefetch the next batch while this trains
+            td, stats = learner.update(batch.data, batch.weights)
+            run.mon.add_learner_stats(stats)
+            replay.client.update_priorities(batch, td)
+            run.mon.updates = learner.version
+            if learner.version % cfg.publish_every == 0:
+                publish()
+            service()
+            run.check_stop()
+    replay.keeper.save()
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
-    keys = ("inserted", "sampled", "priority_updates", "priorities_applied")
-    extra = {"replay_shards": len(shards), "replay_size": client.size,
-             "replay_inserted": client.inserted,
-             "replay": {str(r): {k: byes.get(r, {}).get(k) for k in keys} for r in shards},
-             "params_messages_root": publisher.messages(), **survivors.summary()}
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=learner.model,
-                              meta=builders.policy_meta(cfg, spec), updates=learner.version,
-                              device=learner.device, topology=cfg.topology,
-                              applied=applied(cfg),
-                              timers=timers_0, byes=byes,
-                              role=lambda r: "shard" if r in shards else "actor", extra=extra)
-
-
-# -- replay shard -----------------------------------------------------------------------
+    return run.finish(learner.model, learner.version, device=learner.device,
+                      topology=cfg.topology, applied=applied(cfg), timers=timers_0,
+                      role=lambda r: "shard" if r in shards else "actor",
+                      extra={"replay_shards": len(shards), "replay_size": replay.client.size,
+                             "replay_inserted": replay.client.inserted,
+                             "replay": replay_summary(run.byes, shards),
+                             "params_messages_root": publisher.messages()})
 
 
 def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[int]) -> None:
-    cfg, t = ctx.cfg, ctx.transport
-    k = shards.index(ctx.rank)
-    mine = [a for j, a in enumerate(actors) if j % len(shards) == k]
-    control = ControlChannel(t, [0], harness.TAG_CONTROL)
-    memory = builders.replay_memory(cfg, spec, cfg.replay_capacity // len(shards),
-                                    harness.actor_seed(cfg.seed, ctx.rank))
-    limiter = RateLimiter(-(-cfg.learning_starts // len(shards)), cfg.samples_per_insert,
-                          min_sample=cfg.batch_size)
-    server = ReplayServer(t, memory, spec.obs_shape, mine, 0, cfg.insert_capacity(),
-                          cfg.batch_size, limiter, harness.REPLAY_TAGS, spec.obs_dtype)
-    keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --checkpoint-replay
-    n_params = num_params(builders.q_network(cfg, spec))
-    harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
-                           cfg.startup_timeout)
-    lc = harness.LeafControl(control, 0)
-    busy_s = 0.0
-    while not lc.stopped:
-        lc.poll()
-        t0 = time.perf_counter()
-        if server.serve():
-            busy_s += time.perf_counter() - t0
-        else:
-            t.idle(2e-4)
-        keeper.maybe_save()
-
-    def drain() -> None:
-        server.drain_inserts(force=True)
-
-    server.flush(on_poll=drain)
-    keeper.save()
-    stats = {"timing": {"serve": busy_s, "wait": t.wait_s}, "inserted": limiter.inserted,
-             "sampled": limiter.sampled, "size": len(memory), "bytes": t.counters.totals(),
-             "priority_updates": server.priority_updates,
-             "priorities_applied": server.priorities_applied}
-    harness.finish_leaf(ctx, control, lc, 0, stats, drain=drain)
-
-
-# -- actor ------------------------------------------------------------------------------
+    """A replay shard: its share of the actors (round robin) and of the capacity."""
+    cfg, k = ctx.cfg, len(shards)
+    mine = [a for j, a in enumerate(actors) if j % k == shards.index(ctx.rank)]
+    serve_replay(ctx, spec, _digests(cfg, spec), actors=mine, learners=0,
+                 capacity=cfg.replay_capacity // k, learning_starts=-(-cfg.learning_starts // k))
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[int]) -> None:
+    """An ε_i-greedy actor: batches to its shard, the newest parameters before each."""
     cfg, t = ctx.cfg, ctx.transport
-    i = actors.index(ctx.rank)
-    dest = shards[i % len(shards)] if shards else 0
     model = builders.q_network(cfg, spec)  # its weights come from the learner
-    n_params = num_params(model)
-    control = ControlChannel(t, [0], harness.TAG_CONTROL)
-    eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
-    actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
-                            harness.actor_seed(cfg.seed, ctx.rank))
+    me = TransitionLeaf(ctx, spec, model, actors)
 
     def load(msg: Message) -> None:
         set_flat(model, msg["params"])
-        actor.version = int(msg["version"])
+        me.actor.version = int(msg["version"])
 
-    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(n_params), 0, load,
-                              harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async", [0, *actors])
-    harness.handshake_leaf(control, 0, builders.replay_digests(cfg, spec, n_params),
-                           cfg.startup_timeout)
-    lc = harness.LeafControl(control, 0)
-    evaluator = GreedyEvaluator(spec, cfg.eval_episodes,
-                                harness.evaluator_seed(cfg.seed, ctx.rank))
-    out = DoubleBuffer(t, builders.transitions(cfg, spec), dest,
-                       harness.TAG_TRANSITIONS, "transitions")
-    reporter = harness.StatsReporter(control, 0)
-    comm = Timers()
+    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(num_params(model)), 0,
+                              load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
+                              [0, *actors])
+    with harness.leaf(ctx, _digests(cfg, spec, model)) as link:
+        me.start(link, shards[actors.index(ctx.rank) % len(shards)] if shards else 0)
+        link.on_stop(lambda: me.out.flush(on_poll=params.take_newest),
+                     stats=lambda: me.stats(params=params.stats()),
+                     drain=params.take_newest, settle=params.settle)
 
-    def between_polls() -> None:  # while blocked on a send: stay current, notice STOP
-        params.take_newest()
-        lc.raise_if_stopped()
+        def between_polls() -> None:  # while blocked on a send: stay current, notice STOP
+            params.take_newest()
+            link.raise_if_stopped()
 
-    params.next(cfg.startup_timeout)
-    try:
+        params.next(cfg.startup_timeout)
         while True:
-            lc.raise_if_stopped()
-            with comm("comm"):
+            link.raise_if_stopped()
+            with me.timers("comm"):
                 params.take_newest()
-            actor.collect(out.next(on_poll=between_polls), cfg.actor_batch)
-            with comm("comm"):
-                out.send()
-            reporter.add(actor.take_finished(), evaluator.maybe_run(actor.greedy,
-                                                                    cfg.eval_interval))
-            reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
-    except harness.StopRequested:
-        pass
-    out.flush(on_poll=params.take_newest)
-    stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": actor.inference_s,
-                                   "comm": comm.s.get("comm", 0.0)},
-                               env_steps=actor.tracker.env_steps, epsilon=eps,
-                               params=params.stats())
-    harness.finish_leaf(ctx, control, lc, 0, stats, drain=params.take_newest,
-                        settle=params.settle)
-    actor.close()
-    evaluator.close()
+            me.step(on_poll=between_polls)
+            me.report()
+    me.close()

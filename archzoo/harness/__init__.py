@@ -4,7 +4,9 @@
   handshake (schema digests) and the stop-and-drain protocol;
 - :mod:`archzoo.harness.stats`: episode statistics from the leaves to the Monitor;
 - :mod:`archzoo.harness.finish`: the run directory, summary.json and policy.pt;
-- :mod:`archzoo.harness.placement`: where each rank runs (host, namespace, version).
+- :mod:`archzoo.harness.placement`: where each rank runs (host, namespace, version);
+- :mod:`archzoo.harness.roles`: :func:`leaf` and :func:`root`, the run's lifecycle around a
+  role's loop (handshake, run directory, survivors, stop protocol, summary).
 """
 
 from archzoo.harness.finish import (
@@ -28,6 +30,7 @@ from archzoo.harness.protocol import (
     handshake_root,
     play_star_roles,
 )
+from archzoo.harness.roles import LeafLink, RootRun, leaf, root
 from archzoo.harness.stats import (
     StatsReporter,
     absorb_stats,
@@ -54,13 +57,13 @@ from archzoo.tags import (
 )
 
 __all__ = [
-    "LeafControl", "REPLAY_TAGS", "RankContext", "SAMPLE_TAGS", "StatsReporter",
-    "StopRequested", "Survivors", "TooFewActors", "TAG_ACTIONS", "TAG_CONTROL", "TAG_INFER_REPLY",
-    "TAG_INFER_REQUEST", "TAG_PARAMS",
+    "LeafControl", "LeafLink", "REPLAY_TAGS", "RankContext", "RootRun", "SAMPLE_TAGS",
+    "StatsReporter", "StopRequested", "Survivors", "TooFewActors", "TAG_ACTIONS", "TAG_CONTROL",
+    "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS",
     "TAG_SAMPLE_REPLY", "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL",
     "abandon_run", "absorb_stats", "account_unroll", "actor_seed", "attach_checkpoints",
     "byte_totals", "evaluator_seed",
     "finish_leaf", "finish_root", "finish_run", "finish_single", "handshake_leaf",
-    "handshake_root", "open_run", "play_star_roles", "run_summary", "serve_and_monitor",
-    "leaf_stats", "stats_message", "train_on_unrolls",
+    "handshake_root", "leaf", "leaf_stats", "open_run", "play_star_roles", "root",
+    "run_summary", "serve_and_monitor", "stats_message", "train_on_unrolls",
 ]

@@ -1,0 +1,248 @@
+"""A role is its loop: the run's lifecycle around it, the same for every architecture.
+
+:func:`leaf` and :func:`root` are context managers that do what every role repeats: the
+control channel, the start-up handshake and the stop protocol of
+:mod:`archzoo.harness.protocol`; on the root also the run directory and the Monitor
+(:func:`~archzoo.harness.finish.open_run`), the actors whose death the run survives
+(:class:`~archzoo.harness.survivors.Survivors`), the stop decision and summary.json. The
+role supplies only what is its own: its components, how they drain, its statistics::
+
+    with harness.leaf(ctx, digests) as link:     # HELLO/WELCOME with rank 0
+        link.on_stop(out.flush, stats=lambda: {"timing": {"env": actor.env_s}})
+        while True:
+            link.raise_if_stopped()              # STOP ends the body
+            ...
+    # flushed, BYE sent with the stats, FINAL and the final barrier passed
+
+    with harness.root(ctx, leaves, digests, parts={"learner": learner},
+                      policy=(learner.model, meta)) as run:
+        run.on_stop(drain=inbox.drop_all)
+        while not run.stopped:
+            ...
+            run.check_stop()
+    # STOP sent, every BYE drained, FINAL, the barrier
+    return run.finish(learner.model, learner.version, extra={...})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any
+
+from archzoo.comm import CommError, ControlChannel
+from archzoo.harness.finish import attach_checkpoints, byte_totals, finish_run, open_run
+from archzoo.harness.protocol import (
+    LeafControl,
+    RankContext,
+    StopRequested,
+    finish_leaf,
+    finish_root,
+    handshake_leaf,
+    handshake_root,
+)
+from archzoo.harness.stats import StatsReporter, absorb_stats
+from archzoo.harness.survivors import Survivors
+from archzoo.tags import TAG_CONTROL
+
+
+def _nothing() -> None:
+    return None
+
+
+class LeafLink:
+    """A leaf's side of the run, what :func:`leaf` yields: its control link to the root."""
+
+    def __init__(self, ctx: RankContext, control: ControlChannel, root: int) -> None:
+        self.ctx, self.control, self.root = ctx, control, root
+        self.lc = LeafControl(control, root)
+        self._flush: tuple[Callable[[], Any], ...] = ()
+        self._stats: Callable[[], dict[str, Any]] = dict
+        self._drain: Callable[[], Any] = _nothing
+        self._settle: Callable[[], Any] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the root's STOP has arrived (looks at the control channel)."""
+        self.lc.poll()
+        return self.lc.stopped
+
+    def raise_if_stopped(self) -> None:
+        """Raise :class:`StopRequested` once STOP has arrived: it ends the ``with`` body (also
+        from a blocking wait's ``on_poll``) and the stop protocol follows."""
+        self.lc.raise_if_stopped()
+
+    @cached_property
+    def reporter(self) -> StatsReporter:
+        """Episode (and update) statistics to the root, every so often."""
+        return StatsReporter(self.control, self.root)
+
+    def on_stop(self, *flush: Callable[[], Any], stats: Callable[[], dict[str, Any]] | None = None,
+                drain: Callable[[], Any] | None = None,
+                settle: Callable[[], Any] | None = None) -> None:
+        """What the stop does after the body, in order: each of ``flush`` (complete the sends
+        in flight), BYE with ``stats()`` (its ``timing`` gets ``wait``, and ``bytes`` is
+        added), ``drain()`` until FINAL, ``settle()`` (a relay passes the last parameters
+        on), the final barrier."""
+        self._flush = flush
+        self._stats = stats or self._stats
+        self._drain = drain or self._drain
+        self._settle = settle
+
+    def _finish(self) -> None:
+        t = self.ctx.transport
+        self.lc.poll()
+        self.lc.stopped = True
+        for flush in self._flush:
+            flush()
+        stats = dict(self._stats())
+        if "timing" in stats and "wait" not in stats["timing"]:
+            stats["timing"] = {**stats["timing"], "wait": t.wait_s}
+        stats["bytes"] = t.counters.totals()
+        finish_leaf(self.ctx, self.control, self.lc, self.root, stats, self._drain,
+                    self._settle)
+
+
+@contextmanager
+def leaf(ctx: RankContext, digests: dict[str, str], *, root: int = 0) -> Iterator[LeafLink]:
+    """A leaf role: the handshake with ``root`` (``digests``: this rank's message schemas),
+    then the body; when it ends (by :class:`StopRequested` or on its own) the stop protocol
+    of :meth:`LeafLink.on_stop`. Any other exception propagates, with no BYE."""
+    control = ControlChannel(ctx.transport, [root], TAG_CONTROL)
+    handshake_leaf(control, root, digests, ctx.cfg.startup_timeout)
+    link = LeafLink(ctx, control, root)
+    try:
+        yield link
+    except StopRequested:
+        pass
+    link._finish()
+
+
+class RootRun:
+    """The deciding rank's side of the run, what :func:`root` yields: the control channel
+    to the leaves, the run directory and Monitor (``run_dir``, ``mon``), the ``survivors``
+    (None where every actor is needed), the stop decision (``stop``) and, after the stop,
+    the leaves' BYE statistics (``byes``)."""
+
+    def __init__(self, ctx: RankContext, control: ControlChannel, leaves: list[int],
+                 opened: tuple[Any, Any], survivors: Survivors | None, meta: Any,
+                 keep_stop_error: bool) -> None:
+        self.ctx, self.control, self.leaves, self.survivors = ctx, control, leaves, survivors
+        self.run_dir, self.mon = opened
+        self.meta = meta
+        self.stop: str | None = None
+        self.byes: dict[int, Any] = {}
+        self.keep_stop_error = keep_stop_error
+        self.stop_error: CommError | None = None
+        self._drain: Callable[[], Any] = _nothing
+        self._outstanding: Callable[[], Any] = _nothing
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop is not None
+
+    def check_stop(self) -> str | None:
+        """The Monitor's decision ('target', 'steps', 'time' or None), kept in ``stop``."""
+        self.stop = self.mon.check_stop()
+        return self.stop
+
+    def attach(self, parts: dict[str, Any], policy: tuple[Any, Any]) -> None:
+        """Checkpoint ``parts`` built after the run opened (they report into the Monitor);
+        ``policy``: (model, meta) for policy.pt if the run fails."""
+        attach_checkpoints(self.ctx, self.mon, parts, policy)
+        self.meta = policy[1]
+
+    def survive(self, *components: Any) -> None:
+        """A dead actor is dropped from each of ``components`` too (their ``drop``)."""
+        for c in components:
+            if c is not None and self.survivors is not None:
+                self.survivors.on_drop(c.drop)
+
+    def guard(self, step: Callable[[], Any], during: str) -> Any:
+        """``step()``; with survivors, an actor that dies in it is dropped (None)."""
+        if self.survivors is None:
+            return step()
+        return self.survivors.guard(step, during)
+
+    def absorb(self, version: int, age: Callable[[int], float | None] | None = None,
+               lag: bool = True) -> None:
+        """The leaves' statistics into the Monitor (:func:`absorb_stats`)."""
+        def take() -> None:
+            for _, msg in self.control.poll():
+                absorb_stats(self.mon, msg, version, age, lag)
+        self.guard(take, "taking statistics")
+
+    def log(self) -> None:
+        """A metrics row when it is time, with this rank's bytes."""
+        self.mon.maybe_log(*byte_totals(self.ctx.transport))
+
+    def serve(self, serve: Callable[[], bool], version: Callable[[], int],
+              age: Callable[[int], float | None] | None = None, lag: bool = True) -> str:
+        """Rank 0 as a server (a parameter-server shard) that keeps the learning curve:
+        ``serve()`` (True if it did something), absorb, log, until the Monitor says stop."""
+        t = self.ctx.transport
+        while not self.stopped:
+            if not serve():
+                t.idle(2e-4)
+            self.absorb(version(), age, lag)
+            self.mon.updates = version()
+            self.log()
+            self.check_stop()
+        return self.stop
+
+    def on_stop(self, drain: Callable[[], Any] | None = None,
+                outstanding: Callable[[], Any] | None = None) -> None:
+        """What the stop protocol does while it waits for the BYEs (``drain``: take and
+        drop what is in flight) and before FINAL (``outstanding``: complete own sends)."""
+        self._drain = drain or self._drain
+        self._outstanding = outstanding or self._outstanding
+
+    def finish(self, policy: Any, updates: int, *, meta: Any = None,
+               extra: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+        """After the ``with``: the last metrics row, summary.json (``extra``, and the
+        survivors' counts) and policy.pt (``policy``, ``meta`` or the run's); ``kw``: as
+        :func:`~archzoo.harness.finish.finish_run`'s. Returns the summary; with
+        ``keep_stop_error``, a stop protocol that failed is raised here, once written."""
+        extra = dict(extra or {})
+        if self.survivors is not None:
+            extra.update(self.survivors.summary())
+        if self.keep_stop_error:
+            extra["stop_error"] = None if self.stop_error is None else str(self.stop_error)
+        summary = finish_run(self.ctx, self.run_dir, self.mon, self.stop, policy=policy,
+                             meta=self.meta if meta is None else meta, updates=updates,
+                             byes=self.byes, extra=extra, **kw)
+        if self.stop_error is not None:
+            raise self.stop_error
+        return summary
+
+
+@contextmanager
+def root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
+         actors: list[int] | None = None, eval_window: int | None = None,
+         parts: dict[str, Any] | None = None, policy: tuple[Any, Any] | None = None,
+         keep_stop_error: bool = False) -> Iterator[RootRun]:
+    """The deciding rank: the handshake with ``leaves``, the run directory and Monitor
+    (``eval_window``, ``parts``, ``policy``: as :func:`open_run`'s), then the body; when it
+    ends, the stop protocol (:meth:`RootRun.on_stop`). ``actors``: the leaves whose death
+    the run survives (None: none; [] still counts the survivors in the summary).
+    ``keep_stop_error``: a stop protocol that fails (an actor silent) is kept for
+    :meth:`RootRun.finish`, which writes the summary with ``stop_error`` before raising
+    it."""
+    cfg = ctx.cfg
+    control = ControlChannel(ctx.transport, leaves, TAG_CONTROL)
+    handshake_root(control, leaves, digests, cfg.startup_timeout)
+    opened = open_run(ctx, eval_window, parts=parts, policy=policy)
+    survivors = None
+    if actors is not None:
+        survivors = Survivors(ctx.rank, actors, cfg.min_actors, opened[1].elapsed)
+        survivors.on_drop(control.drop)
+    run = RootRun(ctx, control, leaves, opened, survivors,
+                  None if policy is None else policy[1], keep_stop_error)
+    yield run
+    try:
+        run.byes = finish_root(ctx, control, leaves, run._drain, run._outstanding, survivors)
+    except CommError as e:
+        if not keep_stop_error:
+            raise
+        run.stop_error = e

@@ -1,0 +1,71 @@
+"""The actor of the DQN family (Ape-X, Gorila): ε-greedy, n-step transitions to a replay.
+
+Actor i of N explores with Ape-X's ladder ε_i = ε^(1 + α·i/(N−1))
+(:func:`actors.transitions.epsilon`), sends its batches of transitions to one replay rank
+without waiting (a double buffer: it collects one while the other is on the wire), and runs
+greedy evaluation episodes every ``--eval-interval`` seconds; its episodes and evaluations
+go to rank 0. Where its parameters come from is the architecture's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.evaluation import GreedyEvaluator
+from actors.transitions import TransitionActor, epsilon
+from archzoo import builders
+from archzoo.comm.sender import DoubleBuffer
+from archzoo.envs import EnvSpec
+from archzoo.harness.finish import actor_seed, evaluator_seed
+from archzoo.harness.protocol import RankContext
+from archzoo.harness.roles import LeafLink
+from archzoo.runlog import Timers
+from archzoo.tags import TAG_TRANSITIONS
+
+
+class TransitionLeaf:
+    """This rank's ε-greedy :class:`TransitionActor` over ``model`` (``actor``), and from
+    :meth:`start` its evaluator and its sends to the replay."""
+
+    def __init__(self, ctx: RankContext, spec: EnvSpec, model: Any, actors: list[int]) -> None:
+        cfg = self.cfg = ctx.cfg
+        self.ctx, self.spec = ctx, spec
+        self.eps = epsilon(actors.index(ctx.rank), len(actors), cfg.eps_base, cfg.eps_alpha)
+        self.actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model,
+                                     self.eps, actor_seed(cfg.seed, ctx.rank))
+        self.timers = Timers()
+
+    def start(self, link: LeafLink, dest: int) -> None:
+        """Once joined: the greedy evaluator, and the transitions' way to replay rank
+        ``dest``; episodes go to ``link``'s root."""
+        cfg, rank = self.cfg, self.ctx.rank
+        self.link = link
+        self.evaluator = GreedyEvaluator(self.spec, cfg.eval_episodes,
+                                         evaluator_seed(cfg.seed, rank))
+        self.out = DoubleBuffer(self.ctx.transport, builders.transitions(cfg, self.spec), dest,
+                                TAG_TRANSITIONS, "transitions")
+
+    def step(self, on_poll: Callable[[], Any]) -> None:
+        """Collect a batch (``on_poll`` while the free buffer is still on the wire), send it."""
+        self.actor.collect(self.out.next(on_poll=on_poll), self.cfg.actor_batch)
+        with self.timers("comm"):
+            self.out.send()
+
+    def report(self) -> None:
+        """The finished episodes and any evaluation due, to the root when it is time."""
+        reporter, actor = self.link.reporter, self.actor
+        reporter.add(actor.take_finished(),
+                     self.evaluator.maybe_run(actor.greedy, self.cfg.eval_interval))
+        reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
+
+    def stats(self, **more: Any) -> dict[str, Any]:
+        """Its BYE statistics (``more`` added)."""
+        a = self.actor
+        return {"timing": {"env": a.env_s, "inference": a.inference_s,
+                           "comm": self.timers.s.get("comm", 0.0)},
+                "env_steps": a.tracker.env_steps, "epsilon": self.eps, **more}
+
+    def close(self) -> None:
+        self.actor.close()
+        self.evaluator.close()
