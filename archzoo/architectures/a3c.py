@@ -33,7 +33,6 @@ import numpy as np
 from actors.segment import SegmentActor
 from archzoo import builders, harness
 from archzoo.architectures import a2c_allreduce
-from archzoo.comm import ControlChannel
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import run_shards, shard_stats
@@ -115,52 +114,41 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
     if end is None:
         return None
     set_flat(model, end.final["params"])
-    extra = {"ps_shards": len(shards), "ps": shard_stats(shard, shards, end.byes),
-             "final_params_version": int(end.final["version"]), **end.survivors.summary(),
+    extra = {"ps_shards": len(shards), "ps": shard_stats(shard, shards, end.run.byes),
+             "final_params_version": int(end.final["version"]),
              "mode_rule": (
                  "async: apply each gradient as it arrives" if cfg.mode == "async"
                  else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")}
-    return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
-                              meta=meta, updates=shard.version,
-                              topology="star", applied=APPLIED, byes=end.byes,
-                              role=lambda r: "worker" if r in workers else "shard", extra=extra)
+    return end.run.finish(model, shard.version, meta=meta, topology="star", applied=APPLIED,
+                          role=lambda r: "worker" if r in workers else "shard", extra=extra)
 
 
 def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list[int]) -> None:
+    """An actor-learner: act t_max steps with θ′, push the gradient, take the fresh θ."""
     cfg, t = ctx.cfg, ctx.transport
     model = builders.actor_critic(cfg, spec)
     n = num_params(model)
-    control = ControlChannel(t, [0], harness.TAG_CONTROL)
-    harness.handshake_leaf(control, 0, {s.name: s.digest() for s in ps_schemas(n)},
-                           cfg.startup_timeout)
-    lc = harness.LeafControl(control, 0)
-    client = PSClient(t, shards, n, PS_TAGS)
-    params, versions = client.sync()
-    set_flat(model, params)
-    actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
-                         a2c_allreduce.worker_seed(cfg.seed, workers.index(ctx.rank)))
-    a2c = builders.a2c_loss_config(cfg)
-    first = time.time()
-    reporter = harness.StatsReporter(control, 0)
-    update_s = comm_s = 0.0
-    while True:
-        lc.poll()
-        if lc.stopped:
-            break
-        seg = actor.collect()
-        t0 = time.perf_counter()
-        grad, stats = a2c_gradient(model, seg, a2c)
-        t1 = time.perf_counter()
-        params, versions = client.exchange(grad)  # push θ′'s gradient, get fresh θ
+    with harness.leaf(ctx, {s.name: s.digest() for s in ps_schemas(n)}) as link:
+        client = PSClient(t, shards, n, PS_TAGS)
+        params, versions = client.sync()
         set_flat(model, params)
-        update_s += t1 - t0
-        comm_s += time.perf_counter() - t1
-        reporter.add(seg.ep_returns)
-        reporter.add_learner(stats)  # shard 0 adds its learning rate
-        reporter.maybe_report(actor.env_steps, int(versions[0]), first)
-    client.close()
-    actor.close()
-    stats = {"timing": {"env": actor.env_s, "inference": actor.inference_s,
-                        "gradient": update_s, "push_pull": comm_s, "wait": t.wait_s},
-             "bytes": t.counters.totals()}
-    harness.finish_leaf(ctx, control, lc, 0, stats, drain=lambda: None)
+        actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
+                             a2c_allreduce.worker_seed(cfg.seed, workers.index(ctx.rank)))
+        a2c = builders.a2c_loss_config(cfg)
+        first = time.time()
+        update_s = comm_s = 0.0
+        link.on_stop(client.close, actor.close, stats=lambda: {"timing": {
+            "env": actor.env_s, "inference": actor.inference_s, "gradient": update_s,
+            "push_pull": comm_s}})
+        while not link.stopped:
+            seg = actor.collect()
+            t0 = time.perf_counter()
+            grad, stats = a2c_gradient(model, seg, a2c)
+            t1 = time.perf_counter()
+            params, versions = client.exchange(grad)  # push θ′'s gradient, get fresh θ
+            set_flat(model, params)
+            update_s += t1 - t0
+            comm_s += time.perf_counter() - t1
+            link.reporter.add(seg.ep_returns)
+            link.reporter.add_learner(stats)  # shard 0 adds its learning rate
+            link.reporter.maybe_report(actor.env_steps, int(versions[0]), first)

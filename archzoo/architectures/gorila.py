@@ -122,16 +122,15 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
     set_flat(model, end.final["params"])
     replay = shards[-1] + 1
     extra = {"ps_shards": len(shards), "learners": len(learners),
-             "ps": shard_stats(shard, shards, end.byes),
-             "replay": end.byes[replay].get("replay", {}),
-             "final_params_version": int(end.final["version"]), **end.survivors.summary()}
+             "ps": shard_stats(shard, shards, end.run.byes),
+             "replay": end.run.byes[replay].get("replay", {}),
+             "final_params_version": int(end.final["version"]),
+             "params_messages_root": publisher.messages() if publisher else None}
     role = {r: ("learner" if r in learners else "actor" if r in actors else
-                "replay" if r == replay else "shard") for r in end.byes}
-    return harness.finish_run(ctx, end.run_dir, end.mon, end.stop, policy=model,
-                              meta=builders.policy_meta(cfg, spec), updates=shard.version,
-                              topology=cfg.topology, applied=applied(cfg), byes=end.byes,
-                              role=role.get, extra={**extra, "params_messages_root": (
-                                  publisher.messages() if publisher else None)})
+                "replay" if r == replay else "shard") for r in end.run.byes}
+    return end.run.finish(model, shard.version, meta=builders.policy_meta(cfg, spec),
+                          topology=cfg.topology, applied=applied(cfg), role=role.get,
+                          extra=extra)
 
 
 def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: list[int]) -> None:

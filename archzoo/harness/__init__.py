@@ -36,7 +36,6 @@ from archzoo.harness.stats import (
     absorb_stats,
     account_unroll,
     leaf_stats,
-    serve_and_monitor,
     stats_message,
     train_on_unrolls,
 )
@@ -65,5 +64,5 @@ __all__ = [
     "byte_totals", "evaluator_seed",
     "finish_leaf", "finish_root", "finish_run", "finish_single", "handshake_leaf",
     "handshake_root", "leaf", "leaf_stats", "open_run", "play_star_roles", "root",
-    "run_summary", "serve_and_monitor", "stats_message", "train_on_unrolls",
+    "run_summary", "stats_message", "train_on_unrolls",
 ]

@@ -11,39 +11,27 @@ it, :class:`~archzoo.harness.survivors.Survivors`) and the run goes on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from archzoo.checkpoint import OwnCheckpoint
-from archzoo.comm import ControlChannel, Message
-from archzoo.harness.finish import open_run
-from archzoo.harness.protocol import (
-    LeafControl,
-    RankContext,
-    finish_leaf,
-    finish_root,
-    handshake_leaf,
-    handshake_root,
-)
-from archzoo.harness.stats import serve_and_monitor
-from archzoo.harness.survivors import Survivors
+from archzoo.comm import Message
+from archzoo.harness.protocol import RankContext
+from archzoo.harness.roles import RootRun, leaf, root
 from archzoo.nets import num_params, set_flat
-from archzoo.runlog import Monitor, RunDir
-from archzoo.tags import TAG_CONTROL, TAG_FINAL_PARAMS
+from archzoo.tags import TAG_FINAL_PARAMS
 from archzoo.topology.star import params_schema
 from paramserver import ParamShard, shard_bounds
 
 
 @dataclass
 class ShardRun:
-    """What shard 0 holds once the run stopped."""
+    """What shard 0 holds once the run stopped: the run (:meth:`RootRun.finish` writes its
+    summary) and the full final parameters with shard 0's version."""
 
-    run_dir: RunDir
-    mon: Monitor
-    stop: str
-    byes: dict[int, Any]
-    final: Message  # the full final parameters and shard 0's version
-    survivors: Survivors
+    run: RootRun
+    final: Message
 
 
 def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], model: Any,
@@ -69,84 +57,88 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
     acts with, and that version's age)."""
     if lag_from not in ("gradients", "actors"):
         raise ValueError(f"lag_from must be 'gradients' or 'actors', got {lag_from!r}")
+    if ctx.rank != 0:
+        _serve_slice(ctx, shard, digests)
+        return None
     n_params = num_params(model)
     cfg, t = ctx.cfg, ctx.transport
     bounds = shard_bounds(n_params, len(shards))
-    if ctx.rank != 0:
-        control = ControlChannel(t, [0], TAG_CONTROL)
-        handshake_leaf(control, 0, digests, cfg.startup_timeout)
-        lc = LeafControl(control, 0)
-        own = SliceCheckpoint(ctx, shard)
-        # serve until every worker said BYE (they stop on rank 0's STOP); the run's own
-        # limit plus the stop protocol's deadline bound a silent worker
-        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout, should_stop=own.maybe_save)
-        own.save()
-        mine = params_schema(shard.params.size).new()
-        mine["params"][:] = shard.params
-        mine["version"][...] = shard.version
-        t.wait(t.isend(mine.buffer, 0, TAG_FINAL_PARAMS, "final parameters"))
-        lc.poll()
-        finish_leaf(ctx, control, lc, 0, {"ps": shard.stats.as_dict(),
-                                          "bytes": t.counters.totals()}, drain=lambda: None)
-        return None
-    leaves = list(range(1, ctx.world_size))
-    control = ControlChannel(t, leaves, TAG_CONTROL)
     slices = {r: params_schema(hi - lo).new()
               for r, (lo, hi) in zip(shards, bounds, strict=True) if r != 0}
     reqs = {r: t.irecv(m.buffer, r, TAG_FINAL_PARAMS, "final parameters")
             for r, m in slices.items()}
-    handshake_root(control, leaves, digests, cfg.startup_timeout)
-    whole = len(shards) == 1
 
     def policy() -> Any:  # the server's parameters in the model
         set_flat(model, shard.params)
         return model
 
-    run_dir, mon = open_run(ctx, eval_window, parts={"ps": shard},  # shard 0's slice
-                            policy=(policy, meta) if whole else None)
-    survivors = Survivors(0, actors if cfg.mode == "async" else [], cfg.min_actors,
-                          mon.elapsed)
-    survivors.on_drop(control.drop)
-    lr = getattr(shard.state.optimizer, "lr", None)
+    with root(ctx, list(range(1, ctx.world_size)), digests,
+              actors=actors if cfg.mode == "async" else [], eval_window=eval_window,
+              parts={"ps": shard},  # shard 0's slice
+              policy=(policy, meta) if len(shards) == 1 else None) as run:
+        mon, lr = run.mon, getattr(shard.state.optimizer, "lr", None)
 
-    def on_push(worker: int, staleness: int, age_s: float | None) -> None:
-        mon.add_staleness(staleness, age_s)
-        if lag_from == "gradients":
-            mon.add_lag(staleness, age_s)
-        if lr is not None:
-            mon.add_learner_stats({"lr": float(lr)})
+        def on_push(worker: int, staleness: int, age_s: float | None) -> None:
+            mon.add_staleness(staleness, age_s)
+            if lag_from == "gradients":
+                mon.add_lag(staleness, age_s)
+            if lr is not None:
+                mon.add_learner_stats({"lr": float(lr)})
 
-    shard.state.on_push = on_push
-    serve, outstanding = shard.serve, lambda: shard.run(timeout_s=cfg.comm_timeout)
-    if publisher is not None:
-        survivors.on_drop(publisher.drop)
-        published = [None]
-
-        def serve() -> bool:  # noqa: F811 - serve, then push a new enough version
-            busy = shard.serve()
-            v = shard.version
-            if published[0] is None or v >= published[0] + publish_every:
-                publisher.latest["params"][:] = shard.params
-                survivors.guard(lambda: publisher.publish(v), "sending parameters")
-                published[0] = v
-            survivors.guard(publisher.pump, "sending parameters")
-            return busy
-
-        def outstanding() -> None:  # noqa: F811 - the tree's final version too
-            shard.run(timeout_s=cfg.comm_timeout)
-            publisher.wait_all(cfg.comm_timeout)
-    stop = serve_and_monitor(ctx, control, mon, serve, lambda: shard.version, survivors,
-                             age=lambda v: shard.state.clock.age(v),
-                             lag=lag_from == "actors")
-    byes = finish_root(ctx, control, leaves, drain=serve, outstanding=outstanding,
-                       survivors=survivors)
+        shard.state.on_push = on_push
+        serve, outstanding = shard.serve, lambda: shard.run(timeout_s=cfg.comm_timeout)
+        if publisher is not None:
+            run.survive(publisher)
+            serve, outstanding = _publishing(run, shard, publisher, publish_every)
+        run.on_stop(drain=serve, outstanding=outstanding)
+        run.serve(serve, lambda: shard.version, age=lambda v: shard.state.clock.age(v),
+                  lag=lag_from == "actors")
     final = params_schema(n_params).new()
     final["params"][slice(*bounds[0])] = shard.params
     final["version"][...] = shard.version
     for r, req in reqs.items():
         t.wait(req)
         final["params"][slice(*bounds[shards.index(r)])] = slices[r]["params"]
-    return ShardRun(run_dir, mon, stop, byes, final, survivors)
+    return ShardRun(run, final)
+
+
+def _serve_slice(ctx: RankContext, shard: ParamShard, digests: dict[str, str]) -> None:
+    """A shard other than 0: serve until every worker said BYE (they stop on rank 0's STOP;
+    the run's own limit plus the stop protocol's deadline bound a silent worker), then send
+    shard 0 the slice."""
+    cfg, t = ctx.cfg, ctx.transport
+    with leaf(ctx, digests) as link:
+        link.on_stop(stats=lambda: {"ps": shard.stats.as_dict()})
+        own = SliceCheckpoint(ctx, shard)
+        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout, should_stop=own.maybe_save)
+        own.save()
+        mine = params_schema(shard.params.size).new()
+        mine["params"][:] = shard.params
+        mine["version"][...] = shard.version
+        t.wait(t.isend(mine.buffer, 0, TAG_FINAL_PARAMS, "final parameters"))
+
+
+def _publishing(run: RootRun, shard: ParamShard, publisher: Any,
+                publish_every: int) -> tuple[Callable[[], bool], Callable[[], None]]:
+    """``serve`` and ``outstanding`` for a shard that also pushes its parameters down the
+    actors' broadcast every ``publish_every`` versions (and its final version too)."""
+    published: list[int | None] = [None]
+
+    def serve() -> bool:
+        busy = shard.serve()
+        v = shard.version
+        if published[0] is None or v >= published[0] + publish_every:
+            publisher.latest["params"][:] = shard.params
+            run.guard(lambda: publisher.publish(v), "sending parameters")
+            published[0] = v
+        run.guard(publisher.pump, "sending parameters")
+        return busy
+
+    def outstanding() -> None:
+        shard.run(timeout_s=run.ctx.cfg.comm_timeout)
+        publisher.wait_all(run.ctx.cfg.comm_timeout)
+
+    return serve, outstanding
 
 
 class SliceCheckpoint:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from archzoo.comm import ControlChannel, Message
-from archzoo.harness.protocol import RankContext
 from archzoo.runlog import LEARNER_STATS, Monitor
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
@@ -103,35 +102,6 @@ class StatsReporter:
         self.reported_steps, self.last = env_steps, now
         self.returns, self.evals, self.learner = [], [], {}
         return True
-
-
-def serve_and_monitor(ctx: RankContext, control: ControlChannel, mon: Monitor,
-                      serve: Callable[[], bool], version: Callable[[], int],
-                      survivors: Any = None, age: Callable[[int], float | None] | None = None,
-                      lag: bool = True) -> str:
-    """Rank 0 as a server (a parameter-server shard) that also keeps the learning curve:
-    serve, absorb the leaves' stats, log, until the Monitor says stop; returns why.
-    ``survivors``: an actor whose control stream breaks is dropped, not fatal. ``age`` and
-    ``lag``: as :func:`absorb_stats`'s."""
-    t = ctx.transport
-
-    def absorb() -> None:
-        for _, msg in control.poll():
-            absorb_stats(mon, msg, version(), age, lag)
-
-    stop = None
-    while stop is None:
-        if not serve():
-            t.idle(2e-4)
-        if survivors is None:
-            absorb()
-        else:
-            survivors.guard(absorb, "taking statistics")
-        mon.updates = version()
-        c = t.counters.totals()
-        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-        stop = mon.check_stop()
-    return stop
 
 
 def train_on_unrolls(mon: Monitor, collect: Callable[[Message], None], msg: Message,
