@@ -11,14 +11,14 @@ copy equals rank 0's (all copies stay equal without ever being sent).
 
 from __future__ import annotations
 
-import os
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mp import rank_exit  # noqa: E402
 
 from archzoo import builders  # noqa: E402
 from archzoo.architectures.a2c_allreduce import Worker  # noqa: E402
@@ -62,12 +62,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        code = main()
-    except BaseException:  # noqa: BLE001 - a gloo rank must still leave with os._exit
-        traceback.print_exc(file=sys.stdout)
-        code = 1
-    sys.stdout.flush()
-    if sys.argv[1] == "gloo":
-        os._exit(code)
-    sys.exit(code)
+    rank_exit(main)

@@ -1,6 +1,7 @@
 """Every transport case in one launch: run on each rank, ``python tests/comm_cases.py gloo|mpi``.
 
 Start it as ≥3 ranks (tests/mp.py: ``run_gloo`` or ``run_mpi``). Each case prints one line
+(tests/mp.py's ``run_cases``)
 ``CASE <name> OK (<seconds>s)`` or ``CASE <name> FAIL: <error>`` (plus a traceback); the
 process exits 0 only if every case passed on this rank. Cases use disjoint tags and are
 separated by barriers, so a failing case does not feed stray messages to the next one; if a
@@ -9,12 +10,12 @@ barrier itself fails the ranks are out of step and the run stops (exit 1).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import traceback
+from functools import partial
 
 import numpy as np
+from mp import rank_exit, run_cases
 
 from archzoo.comm import (
     ControlChannel,
@@ -28,11 +29,6 @@ from archzoo.comm import (
 from archzoo.comm.factory import detect_launch, make_transport
 
 TIMEOUT_S = 20.0  # every wait below has this deadline unless a case says otherwise
-
-
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
 
 
 def peers_of(t: Transport) -> list[int]:
@@ -496,35 +492,13 @@ CASE_NAMES = [name for name, _ in CASES]
 
 
 def main() -> int:
-    backend = sys.argv[1]
-    t = make_transport(backend, detect_launch(), timeout_s=TIMEOUT_S)
+    t = make_transport(sys.argv[1], detect_launch(), timeout_s=TIMEOUT_S)
     assert t.world_size >= 3, "run comm_cases.py with at least 3 ranks"
-    failed = 0
-    for i, (name, fn) in enumerate(CASES):
-        t0 = time.perf_counter()
-        try:
-            fn(t, tag=100 * (i + 1))
-            log(t, f"CASE {name} OK ({time.perf_counter() - t0:.2f}s)")
-        except Exception as e:  # noqa: BLE001 - report and go on to the next case
-            failed += 1
-            first = (str(e).splitlines() or [""])[0][:300]
-            log(t, f"CASE {name} FAIL: {type(e).__name__}: {first}")
-            traceback.print_exc(file=sys.stdout)
-            sys.stdout.flush()
-        try:
-            t.barrier(TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001 - ranks out of step: stop the run
-            log(t, f"ABORT after {name}: barrier failed: {e}")
-            if backend == "mpi":
-                t.abort(1)
-            os._exit(1)
-    log(t, f"DONE {len(CASES) - failed}/{len(CASES)} passed; counters {t.counters.totals()}")
+    code = run_cases(t, [(name, partial(fn, t)) for name, fn in CASES], TIMEOUT_S,
+                     lambda: f"counters {t.counters.totals()}")
     t.shutdown()
-    return 1 if failed else 0
+    return code
 
 
 if __name__ == "__main__":
-    code = main()
-    if sys.argv[1] == "gloo":
-        os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
-    sys.exit(code)
+    rank_exit(main)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from mp import log, rank_exit, run_cases
 
 from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
 from actors.inference import InferenceServer
@@ -69,11 +70,6 @@ SERVER_VERSION = 7  # the parameter version the server answers with (cases witho
 ATOL = RTOL = 1e-5
 WORLD = 5
 CPU = torch.device("cpu")
-
-
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
 
 
 def make_model(spec: EnvSpec, seed: int) -> ActorCritic:
@@ -637,28 +633,9 @@ def context(t: Transport, spec: EnvSpec, base_tag: int) -> Ctx:
                Tags(base_tag + 1, base_tag + 2, base_tag + 3), list(range(1, t.world_size)))
 
 
-def run_cases(backend: str, t: Transport, spec: EnvSpec) -> int:
-    failed = 0
-    for i, (name, fn) in enumerate(CASES):
-        t0 = time.perf_counter()
-        try:
-            fn(context(t, spec, 100 * (i + 1)))
-            log(t, f"CASE {name} OK ({time.perf_counter() - t0:.2f}s)")
-        except Exception as e:  # noqa: BLE001 - report and go on to the next case
-            failed += 1
-            first = (str(e).splitlines() or [""])[0][:400]
-            log(t, f"CASE {name} FAIL: {type(e).__name__}: {first}")
-            traceback.print_exc(file=sys.stdout)
-            sys.stdout.flush()
-        try:
-            t.barrier(TIMEOUT_S + CASE_DEADLINE_S)
-        except Exception as e:  # noqa: BLE001 - ranks out of step: stop the run
-            log(t, f"ABORT after {name}: barrier failed: {e}")
-            if backend == "mpi":
-                t.abort(1)
-            os._exit(1)
-    log(t, f"DONE {len(CASES) - failed}/{len(CASES)} passed")
-    return 1 if failed else 0
+def all_cases(t: Transport, spec: EnvSpec) -> int:
+    return run_cases(t, [(name, lambda tag, fn=fn: fn(context(t, spec, tag)))
+                         for name, fn in CASES], TIMEOUT_S + CASE_DEADLINE_S)
 
 
 # -- dead mode: an actor dies, the server goes on -------------------------------------------------
@@ -749,13 +726,10 @@ def main() -> int:
         return run_dead(t, spec, mode)
     assert mode == "cases", mode
     assert t.world_size == WORLD, f"run on {WORLD} ranks, not {t.world_size}"
-    code = run_cases(backend, t, spec)
+    code = all_cases(t, spec)
     t.shutdown()
     return code
 
 
 if __name__ == "__main__":
-    code = main()
-    if sys.argv[1] == "gloo" or len(sys.argv) > 2:
-        os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
-    sys.exit(code)
+    rank_exit(main, hard=sys.argv[1] == "gloo" or len(sys.argv) > 2)

@@ -1,6 +1,8 @@
-"""Run a Python script or module as N ranks on this machine, for multi-process tests.
+"""Multi-process tests: run a Python script or module as N ranks on this machine, and the
+case runner those scripts share.
 
-Two launchers, the same as a user would use (docs/index.md, Launching; never mocked):
+Two launchers, the same as a user would use (docs/index.md, Launching; never mocked), both
+:func:`archzoo.spawn.run_ranks` (archzoo's own spawner) with each rank's output captured:
 
 - :func:`run_gloo` starts N subprocesses itself, as torchrun or archzoo's embedded launcher
   would: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``. The
@@ -22,49 +24,34 @@ Typical use::
 
     job = run_mpi(3, [str(HERE / "comm_cases.py"), "mpi"], timeout_s=60)
     assert job.returncode == 0, describe(job)
+
+Inside a rank, a ``*_cases.py`` script runs its cases with :func:`run_cases` (one line
+``[rank R] CASE <name> OK (<seconds>s)`` or ``... FAIL: <error>`` per case, a barrier between
+cases, ``DONE <passed>/<total> passed``), logs with :func:`log`, gives up with :func:`abort`
+when the ranks are out of step, and ends with :func:`rank_exit`.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
-__all__ = ["CompletedJob", "CompletedRank", "describe", "mpiexec_path", "run_gloo", "run_mpi"]
+from archzoo.spawn import RankResult, clean_env, find_mpiexec, run_ranks
+
+__all__ = ["CompletedJob", "CompletedRank", "abort", "describe", "log", "mpiexec_path",
+           "rank_exit", "run_cases", "run_gloo", "run_mpi"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-
-@dataclass
-class CompletedRank:
-    """One finished (or killed) rank.
-
-    ``returncode``: the process's exit code, negative for a signal (``-9`` = killed); ``None``
-    when it could not be known (an MPI rank whose code hydra did not report).
-    ``output``: its stdout and stderr, interleaved as written.
-    ``timed_out``: the launch ran past its timeout and this rank was still running (so killed).
-    ``elapsed_s``: seconds from the launch until this rank ended (or was killed).
-    """
-
-    rank: int
-    returncode: int | None
-    output: str
-    timed_out: bool = False
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
-
-    def lines(self) -> list[str]:
-        return self.output.splitlines()
+CompletedRank = RankResult
+"""One finished (or killed) rank: ``rank``, ``returncode`` (negative for a signal, None when
+hydra did not report it), ``output``, ``timed_out``, ``elapsed_s``; ``ok`` and ``lines()``."""
 
 
 @dataclass
@@ -91,41 +78,6 @@ class CompletedJob:
         return len(self.ranks)
 
 
-def _base_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    e = dict(os.environ)
-    # A launcher's variables from the test's own environment must not leak into the ranks.
-    for k in list(e):
-        if k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT") or k.startswith(("PMI_", "OMPI_", "PMIX_", "TORCHELASTIC_")):
-            del e[k]
-    e["PYTHONUNBUFFERED"] = "1"
-    e["OMP_NUM_THREADS"] = "1"
-    pp = e.get("PYTHONPATH")
-    e["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
-    if env:
-        e.update(env)
-    return e
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(p: subprocess.Popen) -> None:
-    """SIGKILL the process group this child leads (it was started in its own session)."""
-    if p.poll() is not None:
-        return
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        p.kill()
-    p.wait()
-
-
 def run_gloo(n: int, argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None,
              cwd: str | os.PathLike | None = None,
              fail_fast_s: float | None = None) -> list[CompletedRank]:
@@ -135,81 +87,16 @@ def run_gloo(n: int, argv: Sequence[str], timeout_s: float, env: Mapping[str, st
     once any rank exits non-zero the others get that many seconds to finish before being
     killed (useful when a crashed rank would leave the rest waiting until their deadlines).
     """
-    port = _free_port()
-    base = _base_env(env)
-    cwd = cwd or REPO_ROOT
-    t0 = time.monotonic()
-    procs: list[subprocess.Popen] = []
-    files = []
-    try:
-        for r in range(n):
-            rank_env = dict(base, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            f = tempfile.TemporaryFile(mode="w+b")
-            files.append(f)
-            procs.append(subprocess.Popen([sys.executable, *argv], env=rank_env, cwd=cwd,
-                                          stdout=f, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
-        ended: dict[int, float] = {}
-        deadline = t0 + timeout_s
-        first_failure: float | None = None
-        while len(ended) < n:
-            now = time.monotonic()
-            for r, p in enumerate(procs):
-                if r not in ended and p.poll() is not None:
-                    ended[r] = now - t0
-                    if p.returncode != 0 and first_failure is None:
-                        first_failure = now
-            if len(ended) == n:
-                break
-            if now > deadline or (fail_fast_s is not None and first_failure is not None
-                                  and now > first_failure + fail_fast_s):
-                break
-            time.sleep(0.02)
-        results = []
-        for r, p in enumerate(procs):
-            killed = r not in ended
-            if killed:
-                _kill_group(p)
-            else:
-                p.wait()
-            files[r].seek(0)
-            out = files[r].read().decode(errors="replace")
-            results.append(CompletedRank(
-                rank=r, returncode=p.returncode, output=out,
-                timed_out=killed and time.monotonic() > deadline,
-                elapsed_s=ended.get(r, time.monotonic() - t0)))
-        return results
-    finally:
-        for p in procs:
-            _kill_group(p)
-        for f in files:
-            f.close()
+    return run_ranks(n, argv, "gloo", env=clean_env(env), cwd=cwd or REPO_ROOT, capture=True,
+                     timeout_s=timeout_s, grace_s=fail_fast_s).ranks
 
 
 def mpiexec_path() -> str:
     """The ``mpiexec`` next to the running interpreter (the venv's, from the mpich wheel)."""
-    p = Path(sys.executable).parent / "mpiexec"
-    if not p.exists():
+    found = find_mpiexec()
+    if found is None:
         raise FileNotFoundError(f"no mpiexec next to {sys.executable}; pip install mpich")
-    return str(p)
-
-
-_EXIT_CODES = re.compile(r"Exit codes: \[[^\]]*\]\s*([-\d, ]+)")
-
-
-def _parse_exit_codes(text: str, n: int) -> list[int | None]:
-    """Per-rank codes from hydra's ``-print-all-exitcodes`` line (raw wait statuses)."""
-    m = _EXIT_CODES.search(text)
-    if not m:
-        return [None] * n
-    codes: list[int | None] = []
-    for s in m.group(1).replace(" ", "").split(","):
-        if not s:
-            continue
-        st = int(s)
-        codes.append(-(st & 0x7F) if st & 0x7F else (st >> 8) & 0xFF)
-    return (codes + [None] * n)[:n]
+    return found
 
 
 def run_mpi(n: int, argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None,
@@ -220,47 +107,13 @@ def run_mpi(n: int, argv: Sequence[str], timeout_s: float, env: Mapping[str, str
     Each rank's stdout+stderr goes to its own file (hydra's ``-outfile-pattern``), so the
     output of different ranks never interleaves; per-rank exit codes come from
     ``-print-all-exitcodes``. ``mpiexec_args`` go before ``-n`` (e.g. ``["-bind-to", "none"]``).
-    On timeout mpiexec gets SIGINT (hydra then kills its ranks), then SIGKILL to its group.
+    On timeout mpiexec, its group and every process below it are killed.
     """
-    base = _base_env(env)
-    cwd = cwd or REPO_ROOT
-    with tempfile.TemporaryDirectory(prefix="archzoo-mpi-") as tmp:
-        pattern = os.path.join(tmp, "rank.%r")
-        cmd = [mpiexec_path(), *mpiexec_args, "-print-all-exitcodes",
-               "-outfile-pattern", pattern, "-errfile-pattern", pattern,
-               "-n", str(n), sys.executable, *argv]
-        t0 = time.monotonic()
-        p = subprocess.Popen(cmd, env=base, cwd=cwd, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-        timed_out = False
-        try:
-            out, _ = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            p.send_signal(signal.SIGINT)
-            try:
-                out, _ = p.communicate(timeout=3)
-            except subprocess.TimeoutExpired:
-                _kill_group(p)
-                out, _ = p.communicate()
-        finally:
-            _kill_group(p)
-        elapsed = time.monotonic() - t0
-        text = out.decode(errors="replace")
-        codes = _parse_exit_codes(text, n)
-        ranks = []
-        for r in range(n):
-            path = os.path.join(tmp, f"rank.{r}")
-            try:
-                with open(path, "rb") as f:
-                    rank_out = f.read().decode(errors="replace")
-            except FileNotFoundError:
-                rank_out = ""
-            ranks.append(CompletedRank(rank=r, returncode=codes[r], output=rank_out,
-                                       timed_out=timed_out, elapsed_s=elapsed))
-    return CompletedJob(returncode=None if timed_out else p.returncode, output=text,
-                        timed_out=timed_out, elapsed_s=elapsed, ranks=ranks)
+    job = run_ranks(n, argv, "mpi", env=clean_env(env), cwd=cwd or REPO_ROOT, capture=True,
+                    timeout_s=timeout_s, mpiexec_args=mpiexec_args)
+    return CompletedJob(returncode=None if job.timed_out else job.launcher_codes[0],
+                        output=job.output, timed_out=job.timed_out, elapsed_s=job.elapsed_s,
+                        ranks=job.ranks)
 
 
 def describe(result: Sequence[CompletedRank] | CompletedJob, tail: int = 40) -> str:
@@ -274,3 +127,69 @@ def describe(result: Sequence[CompletedRank] | CompletedJob, tail: int = 40) -> 
         parts.append(f"--- rank {r.rank}: rc={r.returncode} timed_out={r.timed_out} "
                      f"elapsed={r.elapsed_s:.1f}s\n" + "\n".join(lines))
     return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside a rank: the case scripts' runner
+# ---------------------------------------------------------------------------------------------
+def log(t: Any, line: str) -> None:
+    """``[rank R] line`` on stdout, flushed (the tests read each rank's lines)."""
+    sys.stdout.write(f"[rank {t.rank}] {line}\n")
+    sys.stdout.flush()
+
+
+def abort(t: Any, why: str, trace: bool = False) -> NoReturn:
+    """The ranks are out of step: log ``ABORT why`` and end the whole job (MPI: abort, which
+    ends every rank; gloo: leave without tearing down)."""
+    log(t, f"ABORT: {why}")
+    if trace:
+        traceback.print_exc(file=sys.stdout)
+    sys.stdout.flush()
+    if t.backend == "mpi":
+        t.abort(1)
+    os._exit(1)
+
+
+def run_cases(t: Any, cases: Sequence[tuple[str, Callable[[int], None]]], barrier_s: float,
+              summary: Callable[[], str] | None = None) -> int:
+    """Run every case on this rank, in order: case i is called with its own base tag
+    ``100 · (i + 1)`` and prints ``CASE <name> OK (<seconds>s)``, or ``CASE <name> FAIL:
+    <error>`` and a traceback; a barrier (deadline ``barrier_s``) follows each case, so a
+    failing case feeds no stray message to the next, and if that barrier fails the ranks are
+    out of step: :func:`abort`. Ends with ``DONE <passed>/<total> passed`` (and
+    ``summary()``). Returns 1 if a case failed on this rank, else 0."""
+    failed = 0
+    for i, (name, fn) in enumerate(cases):
+        t0 = time.perf_counter()
+        try:
+            fn(100 * (i + 1))
+            log(t, f"CASE {name} OK ({time.perf_counter() - t0:.2f}s)")
+        except Exception as e:  # noqa: BLE001 - report and go on to the next case
+            failed += 1
+            first = (str(e).splitlines() or [""])[0][:400]
+            log(t, f"CASE {name} FAIL: {type(e).__name__}: {first}")
+            traceback.print_exc(file=sys.stdout)
+            sys.stdout.flush()
+        try:
+            t.barrier(barrier_s)
+        except Exception as e:  # noqa: BLE001 - ranks out of step: stop the run
+            abort(t, f"after {name}: barrier failed: {e}")
+    log(t, f"DONE {len(cases) - failed}/{len(cases)} passed" + (f"; {summary()}" if summary
+                                                               else ""))
+    return 1 if failed else 0
+
+
+def rank_exit(main: Callable[[], int], hard: bool | None = None) -> NoReturn:
+    """A case script's ``__main__``: run ``main`` (an exception is printed, exit code 1),
+    flush, and leave with its code. ``hard`` (default: started by gloo, ``RANK`` set) leaves
+    with ``os._exit``: gloo cannot withdraw posted receives, so no tearing down."""
+    try:
+        code = main()
+    except BaseException:  # noqa: BLE001 - a gloo rank must still leave with os._exit
+        traceback.print_exc(file=sys.stdout)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if hard if hard is not None else "RANK" in os.environ:
+        os._exit(code)
+    sys.exit(code)

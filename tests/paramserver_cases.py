@@ -36,11 +36,12 @@ import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
+from mp import log, rank_exit, run_cases
 
 from archzoo.comm import ControlChannel, PeerFailure, PeerTimeout, Transport
 from archzoo.comm.factory import detect_launch, make_transport
@@ -63,11 +64,6 @@ STALENESS = 2
 F32 = np.float32
 
 FINAL: dict[str, np.ndarray] = {}  # this process's final parameters per sync case
-
-
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
 
 
 # -- the known data ------------------------------------------------------------------------------
@@ -388,31 +384,12 @@ def run_case(t: Transport, case: Case, base_tag: int) -> None:
         worker_role(t, case, shards, workers, tags, control, checker)
 
 
-def run_cases(backend: str) -> int:
+def all_cases(backend: str) -> int:
     t = make_transport(backend, detect_launch(), timeout_s=TIMEOUT_S)
     assert t.world_size >= 5, "2 shards and at least 3 workers"
-    failed = 0
-    for i, case in enumerate(CASES):
-        t0 = time.perf_counter()
-        try:
-            run_case(t, case, base_tag=100 * (i + 1))
-            log(t, f"CASE {case.name} OK ({time.perf_counter() - t0:.2f}s)")
-        except Exception as e:  # noqa: BLE001 - report and go on to the next case
-            failed += 1
-            first = (str(e).splitlines() or [""])[0][:400]
-            log(t, f"CASE {case.name} FAIL: {type(e).__name__}: {first}")
-            traceback.print_exc(file=sys.stdout)
-            sys.stdout.flush()
-        try:
-            t.barrier(CASE_DEADLINE_S)
-        except Exception as e:  # noqa: BLE001 - ranks out of step: stop the run
-            log(t, f"ABORT after {case.name}: barrier failed: {e}")
-            if backend == "mpi":
-                t.abort(1)
-            os._exit(1)
-    log(t, f"DONE {len(CASES) - failed}/{len(CASES)} passed")
+    code = run_cases(t, [(c.name, partial(run_case, t, c)) for c in CASES], CASE_DEADLINE_S)
     t.shutdown()
-    return 1 if failed else 0
+    return code
 
 
 # -- a worker dies (gloo) --------------------------------------------------------------------------
@@ -499,19 +476,11 @@ def dead_sync(t: Transport) -> int:
 def main() -> int:
     backend, what = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cases"
     if what == "cases":
-        return run_cases(backend)
+        return all_cases(backend)
     assert backend == "gloo", "a dead rank ends an MPI job: gloo only"
     t = make_transport(backend, detect_launch(), timeout_s=TIMEOUT_S)
     return {"dead-serve": dead_serve, "dead-sync": dead_sync}[what](t)
 
 
 if __name__ == "__main__":
-    try:
-        code = main()
-    except BaseException:  # noqa: BLE001 - a gloo rank must still leave with os._exit
-        traceback.print_exc(file=sys.stdout)
-        code = 1
-    sys.stdout.flush()
-    if sys.argv[1] == "gloo":
-        os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
-    sys.exit(code)
+    rank_exit(main)

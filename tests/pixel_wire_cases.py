@@ -18,13 +18,12 @@ if every case passed.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-import traceback
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
+from mp import rank_exit, run_cases
 
 from actors.batched_policy import request_schema
 from actors.unroll import unroll_schema
@@ -147,30 +146,13 @@ CASES: list[tuple[str, Callable[[Transport, EnvSpec, int], None]]] = [
     ("messages", case_messages), ("replay", case_replay)]
 
 
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
-
-
 def main() -> int:
     t = make_transport("gloo", detect_launch(), timeout_s=TIMEOUT_S)
     assert t.world_size == 2, "run pixel_wire_cases.py on 2 ranks"
     specs = [env_spec(e) for e in ENVS]
-    failed = 0
-    for i, (name, fn) in enumerate(CASES):
-        for j, spec in enumerate(specs):
-            try:
-                fn(t, spec, 100 * (2 * i + j + 1))
-                log(t, f"CASE {name} {spec.env_id} OK")
-            except Exception as e:  # noqa: BLE001 - report and go on
-                failed += 1
-                log(t, f"CASE {name} {spec.env_id} FAIL: {type(e).__name__}: {e}"[:400])
-                traceback.print_exc(file=sys.stdout)
-            t.barrier(TIMEOUT_S)
-    return 1 if failed else 0
+    return run_cases(t, [(f"{name} {spec.env_id}", partial(fn, t, spec))
+                         for name, fn in CASES for spec in specs], TIMEOUT_S)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
+    rank_exit(main, hard=True)

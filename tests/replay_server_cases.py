@@ -28,14 +28,13 @@ Cases (each with its own tags, separated by barriers; each rank prints ``CASE <n
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from mp import log, rank_exit, run_cases
 
 from archzoo.comm import ControlChannel, Transport
 from archzoo.comm.factory import detect_launch, make_transport
@@ -72,11 +71,6 @@ DOMINANT_K = 6  # of the last actor: the overwhelming priority
 MIN_K = 1  # of the first actor: the smallest priority (until the update)
 P_DOMINANT, P_MIN, P_TINY = 1e6, 0.05, 1e-3
 POISON_PRIORITY = 1e9  # in the unused tail of every message: would dominate if inserted
-
-
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
 
 
 # -- the known data ----------------------------------------------------------------------------
@@ -557,32 +551,11 @@ def main() -> int:
     t = make_transport(backend, detect_launch(), timeout_s=TIMEOUT_S)
     assert k_shards >= 1 and t.world_size - 1 - k_shards >= 2, (
         f"world {t.world_size} with {k_shards} shards leaves fewer than 2 actors")
-    failed = 0
-    for i, name in enumerate(CASE_NAMES):
-        t0 = time.perf_counter()
-        try:
-            run_case(name, t, k_shards, tag=100 * (i + 1))
-            log(t, f"CASE {name} OK ({time.perf_counter() - t0:.2f}s)")
-        except Exception as e:  # noqa: BLE001 - report and go on to the next case
-            failed += 1
-            first = (str(e).splitlines() or [""])[0][:400]
-            log(t, f"CASE {name} FAIL: {type(e).__name__}: {first}")
-            traceback.print_exc(file=sys.stdout)
-            sys.stdout.flush()
-        try:
-            t.barrier(TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001 - ranks out of step: stop the run
-            log(t, f"ABORT after {name}: barrier failed: {e}")
-            if backend == "mpi":
-                t.abort(1)
-            os._exit(1)
-    log(t, f"DONE {len(CASE_NAMES) - failed}/{len(CASE_NAMES)} passed")
+    code = run_cases(t, [(name, lambda tag, name=name: run_case(name, t, k_shards, tag))
+                         for name in CASE_NAMES], TIMEOUT_S)
     t.shutdown()
-    return 1 if failed else 0
+    return code
 
 
 if __name__ == "__main__":
-    code = main()
-    if sys.argv[1] == "gloo":
-        os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
-    sys.exit(code)
+    rank_exit(main)

@@ -30,6 +30,7 @@ import time
 import traceback
 
 import numpy as np
+from mp import rank_exit
 
 from archzoo.comm import Inbox, PeerTimeout
 from archzoo.comm.factory import detect_launch, make_transport
@@ -119,10 +120,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    if sys.argv[1] == "gloo":  # gloo cannot withdraw posted receives (as archzoo.worker)
-        import os
-
-        sys.stdout.flush()
-        os._exit(code)
-    sys.exit(code)
+    rank_exit(main)

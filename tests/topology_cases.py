@@ -17,12 +17,11 @@ leaves the ranks out of step, so the run stops there (exit 1, MPI: abort).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import traceback
 
 import numpy as np
+from mp import abort, log, rank_exit
 
 from archzoo.comm import PeerTimeout, Transport
 from archzoo.comm.factory import detect_launch, make_transport
@@ -54,11 +53,6 @@ class CheckFailed(Exception):
 
 class CollectiveError(Exception):
     """A collective raised: the ranks may be out of step."""
-
-
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
 
 
 def rank_input(r: int, dtype, shape: tuple[int, ...], salt: int) -> np.ndarray:
@@ -305,12 +299,7 @@ def main() -> int:
             ok = len(run.failures) == fails0
             log(t, f"OK silent peer: {seen[0]}" if ok else "FAIL silent peer")
     except CollectiveError as e:
-        log(t, f"ABORT: {e}")
-        traceback.print_exc(file=sys.stdout)
-        sys.stdout.flush()
-        if backend == "mpi":
-            t.abort(1)
-        os._exit(1)
+        abort(t, str(e), trace=True)
     log(t, f"DONE {run.calls} calls, {len(run.failures)} failures, "
            f"{time.perf_counter() - t_all:.2f}s")
     if backend == "mpi":
@@ -319,7 +308,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    if sys.argv[1] == "gloo":
-        os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
-    sys.exit(code)
+    rank_exit(main)
