@@ -77,8 +77,6 @@ TAG_BENCH_COMM = 300
 one for each of archzoo.config.TOPOLOGIES)."""
 TAG_ASYNC_BROADCAST_DEFAULT = 310
 """An ``AsyncTreeBroadcast`` made without its own tag (a run passes ``TAG_PARAMS``)."""
-TAG_ASYNC_REDUCE_DEFAULT = 320
-"""An ``AsyncTreeReduce`` made without its own tag."""
 
 
 def blocks(topologies: int) -> dict[str, tuple[int, ...]]:

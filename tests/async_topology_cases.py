@@ -1,4 +1,4 @@
-"""Asynchronous tree broadcast and reduce (archzoo.topology.async_tree) on real engines: run on
+"""Asynchronous tree broadcast (archzoo.topology.async_tree) on real engines: run on
 each rank, ``python tests/async_topology_cases.py gloo|mpi`` under tests/mp.py, N ≥ 1.
 
 For (fanout, root) in ((2, 0), (3, N−1)):
@@ -13,13 +13,6 @@ For (fanout, root) in ((2, 0), (3, N−1)):
   and slow ranks skipped some; messages each rank got = messages sent to it (all-reduced
   counters); every receipt's age equals (or, when inexact, brackets) the age computed from the
   root's publication log, broadcast to all ranks after the run; slow ranks saw a positive age.
-- reduce: every rank contributes R items in random bursts of 1..6 (the first burst 6, above
-  the capacity of 4) at its own pace (v ≢ 1 (mod 3) slow), payload f(origin, round); then
-  close, poll until idle, barrier. Checks at the root: every (origin, round) exactly once, with
-  its payload, and an age for each. All ranks (all-reduced): items sent = R·Σ depth(v) (each
-  item crosses each hop once), messages received = messages sent, fewer messages than
-  contributions, some messages packed several items, some mixed several origins (where a
-  relay exists), some sends held items back (capacity overflow), and nothing left queued.
 
 Prints ``[rank r] OK <case> ...`` or ``FAIL`` lines, then ``DONE``; exit 1 on any failure, and
 an error (a deadline passed) aborts the run.
@@ -27,43 +20,27 @@ an error (a deadline passed) aborts the run.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-import traceback
-from collections import Counter
 
 import numpy as np
+from mp import abort, log, rank_exit
 
 from archzoo.comm import Schema, Transport
 from archzoo.comm.factory import detect_launch, make_transport
-from archzoo.topology.async_tree import AsyncTreeBroadcast, AsyncTreeReduce, tree_depth, tree_links
+from archzoo.topology.async_tree import AsyncTreeBroadcast
 
 TIMEOUT_S = 25.0
 CASES = ((2, "first"), (3, "last"))  # (fanout, root) with root 0 or N−1
 V = 200  # publications
 PARAM = 515  # float32 parameters (a size that is not a round number)
-R = 40  # contributions per rank
-CAPACITY = 4
-ITEM = 37  # float64 values per contribution
 SEED = 4
-
-
-def log(t: Transport, line: str) -> None:
-    sys.stdout.write(f"[rank {t.rank}] {line}\n")
-    sys.stdout.flush()
 
 
 def params_of(version: int) -> np.ndarray:
     """f(version): every element depends on the version, so a torn or mixed copy shows."""
     i = np.arange(PARAM, dtype=np.int64)
     return ((i * 7919 + version * 104729) % 1000003).astype(np.float32)
-
-
-def item_of(origin: int, rnd: int) -> np.ndarray:
-    """f(origin, round)."""
-    i = np.arange(ITEM, dtype=np.float64)
-    return i * 1e-3 + origin * 1000.0 + rnd + 0.5
 
 
 class Runner:
@@ -187,78 +164,14 @@ class Runner:
                 f"{bc.age_max} inexact {bc.age_inexact} age_s max {bc.age_s_max * 1e3:.1f}ms "
                 f"(all ranks: {int(tot[-1])} messages)")
 
-    # -- reduce -------------------------------------------------------------------------------
-    def reduce(self, m: int, root: int, tag: int) -> str:
-        t, n, me = self.t, self.n, self.me
-        v = (me - root) % n
-        slow = v % 3 != 1
-        rng = np.random.default_rng([SEED, me, m, 1])
-        rd = AsyncTreeReduce(t, ITEM * 8, root, m, tag, capacity=CAPACITY)
-        label = f"reduce m={m} root={root}"
-        got: list = []
-        t.barrier(TIMEOUT_S)
-        deadline = time.perf_counter() + TIMEOUT_S
-        rnd, first = 0, True
-        while rnd < R:
-            burst = 6 if first else int(rng.integers(1, 7))
-            first = False
-            for _ in range(min(burst, R - rnd)):
-                rd.contribute(item_of(me, rnd), rnd)
-                rnd += 1
-            got += rd.drain()
-            time.sleep(float(rng.uniform(0.008, 0.02)) if slow else float(rng.uniform(0, 0.002)))
-        rd.close()
-        while not rd.idle():
-            got += rd.drain()
-            if time.perf_counter() > deadline:
-                raise TimeoutError(f"rank {me}: {label} not idle after {TIMEOUT_S}s: {rd}")
-            time.sleep(float(rng.uniform(0, 0.002)))
-        got += rd.drain()
-        t.barrier(TIMEOUT_S)
-        self.expect(rd.backlog() == 0, f"{label}: {rd.backlog()} items left queued")
-        if me == root:
-            seen = Counter((c.origin, c.round) for c in got)
-            want = {(o, r) for o in range(n) for r in range(R)}
-            dup = {k: c for k, c in seen.items() if c > 1}
-            self.expect(not dup, f"{label}: delivered more than once: {sorted(dup)[:5]}")
-            missing = want - set(seen)
-            self.expect(not missing, f"{label}: {len(missing)} never delivered, e.g. "
-                        f"{sorted(missing)[:5]}")
-            self.expect(set(seen) <= want, f"{label}: unknown items {sorted(set(seen) - want)}")
-            bad = [(c.origin, c.round) for c in got
-                   if not np.array_equal(c.payload.view(np.float64), item_of(c.origin, c.round))]
-            self.expect(not bad, f"{label}: wrong payloads {bad[:5]}")
-            self.expect(rd.delivered == len(got) == n * R and all(
-                isinstance(c.age, int) and c.age_s >= -1e-3 for c in got),
-                f"{label}: {rd.delivered} delivered, {len(got)} drained, ages")
-        else:
-            self.expect(not got, f"{label}: a non-root drained {len(got)} items")
-        tot = self.sum_over_ranks([rd.msgs_sent, rd.msgs_received, rd.items_sent, rd.packed,
-                                   rd.mixed, rd.held_back, rd.items_received])
-        msgs, msgs_recv, items, packed, mixed, held, items_recv = (int(x) for x in tot)
-        hops = R * sum(tree_depth(r, n, root, m) for r in range(n))
-        self.expect(items == hops and items_recv == hops,
-                    f"{label}: {items} items sent, {items_recv} received, want {hops}")
-        self.expect(msgs == msgs_recv, f"{label}: {msgs} messages sent, {msgs_recv} received")
-        if n > 1:
-            self.expect(msgs < (n - 1) * R, f"{label}: {msgs} messages for {(n - 1) * R} "
-                        f"contributions sent up")
-            self.expect(packed >= 1 and held >= 1, f"{label}: packed {packed}, held back {held}")
-        if any(tree_links(r, n, root, m)[1] for r in range(n) if r != root):  # a relay
-            self.expect(mixed >= 1, f"{label}: no message mixed origins")
-        age = f" age mean {rd.age_mean:.1f} max {rd.age_max} age_s max " \
-              f"{rd.age_s_max * 1e3:.1f}ms" if me == root else ""
-        return (f"{label} N={n}: all ranks {msgs} messages for {n * R} contributions, "
-                f"{items} item-hops, packed {packed} mixed {mixed} held back {held}{age}")
-
     # -- validation (no messages) -------------------------------------------------------------
     def validation(self, tag: int) -> str:
         t, n = self.t, self.n
         bc = AsyncTreeBroadcast(t, 8, 0, 2, tag)
         cases = [
             (lambda: AsyncTreeBroadcast(t, 8, n, 2, tag + 1), ValueError, "root"),
-            (lambda: AsyncTreeReduce(t, 8, 0, 1, tag + 2), ValueError, "fanout"),
-            (lambda: AsyncTreeReduce(t, 8, 0, 2, tag + 3, capacity=0), ValueError, "capacity"),
+            (lambda: AsyncTreeBroadcast(t, 8, 0, 1, tag + 2), ValueError, "fanout"),
+            (lambda: AsyncTreeBroadcast(t, 8, 0, 2, tag + 3, history=0), ValueError, "history"),
             (lambda: bc.publish(np.zeros(3), 1), (ValueError, RuntimeError), ""),
         ]
         if self.me == 0:
@@ -287,19 +200,12 @@ def main() -> int:
         log(t, "OK validation" if not run.failures else "FAIL validation")
         for i, (m, which) in enumerate(CASES):
             root = 0 if which == "first" else t.world_size - 1
-            for kind in ("broadcast", "reduce"):
-                fails0, c0 = len(run.failures), time.perf_counter()
-                fn = run.broadcast if kind == "broadcast" else run.reduce
-                text = fn(m, root, 400 + 10 * i + (kind == "reduce"))
-                ok = len(run.failures) == fails0
-                log(t, f"{'OK' if ok else 'FAIL'} {text} in {time.perf_counter() - c0:.2f}s")
+            fails0, c0 = len(run.failures), time.perf_counter()
+            text = run.broadcast(m, root, 400 + 10 * i)
+            ok = len(run.failures) == fails0
+            log(t, f"{'OK' if ok else 'FAIL'} {text} in {time.perf_counter() - c0:.2f}s")
     except Exception as e:  # a deadline passed or an error: the ranks are out of step
-        log(t, f"ABORT: {type(e).__name__}: {e}")
-        traceback.print_exc(file=sys.stdout)
-        sys.stdout.flush()
-        if backend == "mpi":
-            t.abort(1)
-        os._exit(1)
+        abort(t, f"{type(e).__name__}: {e}", trace=True)
     log(t, f"DONE {len(run.failures)} failures, {time.perf_counter() - t0:.2f}s")
     if backend == "mpi":
         t.shutdown()
@@ -307,7 +213,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    if sys.argv[1] == "gloo":
-        os._exit(code)  # gloo can't withdraw posted receives: leave without tearing down
-    sys.exit(code)
+    rank_exit(main)

@@ -1,5 +1,5 @@
 """Tests of archzoo.topology.async_tree (the k-nomial tree of docs/topologies.md): the
-asynchronous tree broadcast and reduce on the real engines (tests/async_topology_cases.py under
+asynchronous tree broadcast on the real engines (tests/async_topology_cases.py under
 gloo for N = 3, 5, 8 and MPI for N = 5, 8, fan-out 2 and 3), and single-process checks of the
 tree links, a one-rank world and argument validation.
 """
@@ -17,7 +17,6 @@ import pytest
 from archzoo.topology import async_tree
 from archzoo.topology.async_tree import (
     AsyncTreeBroadcast,
-    AsyncTreeReduce,
     chain_links,
     member_links,
     tree_depth,
@@ -44,9 +43,8 @@ def _check(ranks, n: int) -> None:
         assert re.search(rf"^\[rank {r.rank}\] OK validation", r.output, re.M), report
         for m, which in cases.CASES:
             root = 0 if which == "first" else n - 1
-            for kind in ("broadcast", "reduce"):
-                assert re.search(rf"^\[rank {r.rank}\] OK {kind} m={m} root={root} N={n}:",
-                                 r.output, re.M), f"rank {r.rank}: {kind} m={m}\n{report}"
+            assert re.search(rf"^\[rank {r.rank}\] OK broadcast m={m} root={root} N={n}:",
+                             r.output, re.M), f"rank {r.rank}: broadcast m={m}\n{report}"
         assert re.search(rf"^\[rank {r.rank}\] DONE 0 failures", r.output, re.M), report
 
 
@@ -134,30 +132,17 @@ def test_one_rank_world():
     with pytest.raises(RuntimeError, match="after close"):
         bc.publish(np.zeros(2), 6)
 
-    rd = AsyncTreeReduce(t, 8, 0, 3, 2, capacity=2)
-    for r in range(3):
-        rd.contribute(np.array([r * 1.5]), r)
-    rd.finish()
-    got = rd.drain()
-    assert [(c.origin, c.round, c.payload.view(np.float64)[0], c.age) for c in got] == [
-        (0, 0, 0.0, 0), (0, 1, 1.5, 0), (0, 2, 3.0, 0)]
-    assert rd.idle() and rd.drain() == []
-    with pytest.raises(RuntimeError, match="after close"):
-        rd.contribute(np.zeros(1), 3)
-
 
 def test_validation():
     t = _solo()
     with pytest.raises(ValueError, match="root"):
         AsyncTreeBroadcast(t, 8, 1, 2, 1)
     with pytest.raises(ValueError, match="fanout"):
-        AsyncTreeReduce(t, 8, 0, 1, 1)
-    with pytest.raises(ValueError, match="capacity"):
-        AsyncTreeReduce(t, 8, 0, 2, 1, capacity=0)
+        AsyncTreeBroadcast(t, 8, 0, 1, 1)
+    with pytest.raises(ValueError, match="history"):
+        AsyncTreeBroadcast(t, 8, 0, 2, 1, history=0)
     with pytest.raises(ValueError, match="payload"):
-        AsyncTreeReduce(t, -1, 0, 2, 1)
-    with pytest.raises(ValueError, match="bytes"):
-        AsyncTreeReduce(t, 8, 0, 2, 1).contribute(np.zeros(2), 0)
+        AsyncTreeBroadcast(t, -1, 0, 2, 1)
     with pytest.raises(ValueError, match="bytes"):
         AsyncTreeBroadcast(t, 8, 0, 2, 1).publish(np.zeros(2), 0)
     with pytest.raises(RuntimeError, match="byte count"):

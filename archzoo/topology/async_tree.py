@@ -1,4 +1,4 @@
-"""Asynchronous collectives over the k-nomial tree: broadcast and reduce-to-root, never blocking.
+"""Asynchronous broadcast over the k-nomial tree, never blocking.
 
 The k-nomial tree with fan-out m (docs/topologies.md) run asynchronously: the same
 tree as :class:`~archzoo.topology.tree.TreeTopology` — relative ranks ``v = (rank − root) mod N``,
@@ -12,11 +12,12 @@ and a rank never waits for a peer except in :meth:`finish`, whose deadline names
 Flow control: one data message per tree edge is outstanding at a time. The receiver answers
 each data message it takes with a small cumulative *ack* on the same tag (the reverse
 direction of an edge carries only acks), and the sender sends the next data message only once
-the previous one is acknowledged and its send completed. Without this, MPI's eager protocol
-would complete every small send at once and a slow rank would queue every version in MPI's
+the previous one is acknowledged and its send completed (:class:`_Sender` and
+:class:`_Acker`, the two ends of an edge). Without this, MPI's eager protocol would complete
+every small send at once and a slow rank would queue every version in MPI's
 unexpected-message buffers instead of skipping them; with it, both engines behave alike: a
-slow broadcast subtree skips versions, and reduce items wait in the sender's queue, where
-they get packed. Ack messages are counted apart (``acks_sent``), never as data messages.
+slow subtree skips versions. Ack messages are counted apart (``acks_sent``), never as data
+messages.
 
 :class:`AsyncTreeBroadcast` — the root publishes versions (IMPALA's parameters) at its own pace;
 a relay forwards the newest version it holds to each child that has taken the previous one, so
@@ -25,26 +26,17 @@ star). Per rank: messages sent/received, versions received and skipped, and the 
 version at receipt, ``root version − received version`` (see the class for how a rank that
 cannot see the root learns the root's version at that moment).
 
-:class:`AsyncTreeReduce` — every rank contributes items ``(origin, round, payload)`` at its own
-pace; a parent forwards what its subtree delivered, packing up to ``capacity`` items into one
-message (fixed capacity + count field); what does not fit, or arrives while the previous message
-to the parent is still outstanding, goes in a later message. Nothing is combined, dropped or
-duplicated, so the root receives each contribution exactly once.
+Shutdown protocol (the owner follows it so that a finished run leaves nothing in flight that
+would hang ``MPI_Finalize``):
 
-Shutdown protocol (both classes; the owner follows it so that a finished run leaves nothing in
-flight that would hang ``MPI_Finalize``):
-
-1. Broadcast: the root stops publishing and calls :meth:`close`, which sends the newest version
-   once more, marked *final*, down the tree. Reduce: each rank calls :meth:`close` after its
-   last :meth:`contribute`; once a rank is closed and every child has sent its *done* mark, its
-   last message to its parent carries *done*.
-2. Every rank keeps calling ``poll()`` from its loop until :meth:`idle` is True, or calls
-   :meth:`finish` (close, then poll until idle, with a deadline naming the peer it waits for).
-   ``idle()`` means: nothing more will arrive on this tag (final/done received, every data
-   message this rank sent acknowledged, every one it took acknowledged) and every send it
-   started has completed. Data flows one way (broadcast: parent → child; reduce: child →
-   parent), acks the other, and the peer a rank waits for is itself polling until idle, so
-   every rank gets there.
+1. The root stops publishing and calls :meth:`~AsyncTreeBroadcast.close`, which sends the
+   newest version once more, marked *final*, down the tree.
+2. Every rank keeps calling ``poll()`` from its loop until ``idle()`` is True, or calls
+   ``finish()`` (close, then poll until idle, with a deadline naming the peer it waits for).
+   ``idle()`` means: nothing more will arrive on this tag (the final version received, every
+   data message this rank sent acknowledged, every one it took acknowledged) and every send it
+   started has completed. Data flows parent → child, acks the other way, and the peer a rank
+   waits for is itself polling until idle, so every rank gets there.
 3. ``transport.barrier()``; then MPI ranks call ``transport.shutdown()`` (which withdraws the
    receives the Inbox still has posted — no send can match them any more) and gloo ranks leave
    with ``os._exit`` (gloo cannot withdraw posted receives).
@@ -70,15 +62,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from archzoo.comm.base import Backoff, Request, Transport
-from archzoo.comm.errors import CommError, PeerTimeout
+from archzoo.comm.errors import PeerTimeout
 from archzoo.comm.inbox import Inbox
 from archzoo.messages import Message, Schema
-from archzoo.tags import TAG_ASYNC_BROADCAST_DEFAULT, TAG_ASYNC_REDUCE_DEFAULT
+from archzoo.tags import TAG_ASYNC_BROADCAST_DEFAULT
 from archzoo.topology.base import ceil_log, check_fanout
 from archzoo.topology.tree import lowest_digit
 
-__all__ = ["AsyncTreeBroadcast", "AsyncTreeReduce", "Contribution", "Receipt", "chain_links",
-           "member_links", "tree_depth", "tree_links"]
+__all__ = ["AsyncTreeBroadcast", "Receipt", "chain_links", "member_links", "tree_depth",
+           "tree_links"]
 
 
 def tree_links(rank: int, size: int, root: int, fanout: int) -> tuple[int | None, list[int]]:
@@ -153,26 +145,6 @@ def _as_bytes(data: np.ndarray | Message, nbytes: int, what: str) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
-def _run_until_idle(obj: AsyncTreeBroadcast | AsyncTreeReduce, timeout_s: float | None,
-                    on_poll: Callable[[], None] | None) -> None:
-    t = obj.transport
-    t0 = time.perf_counter()
-    deadline = t0 + (t.timeout_s if timeout_s is None else timeout_s)
-    backoff = Backoff(t.idle, t.spin_s)
-    try:
-        while True:
-            obj.poll()
-            if obj.idle():
-                return
-            if on_poll is not None:
-                on_poll()
-            if time.perf_counter() > deadline:
-                raise obj._stuck(deadline - t0)
-            backoff.pause()
-    finally:
-        t.wait_s += time.perf_counter() - t0
-
-
 ACK = Schema("async_tree_ack", [("taken", np.int64, ())])
 
 
@@ -191,13 +163,7 @@ class _Sender:
         self.acked = 0  # data messages the receiver has taken (its last ack)
 
     def free(self) -> bool:
-        if self.acked < self.sent:
-            return False
-        if self.req is not None:
-            if not self.req.test():
-                return False
-            self.req = None
-        return True
+        return self.acked >= self.sent and _completed(self)
 
     def send(self) -> None:
         self.req = self.transport.isend(self.buf.buffer, self.peer, self.tag, self.what)
@@ -219,9 +185,7 @@ class _Acker:
         self.sent = 0  # ack messages sent
 
     def pump(self) -> None:
-        if self.told == self.taken:
-            return
-        if self.req is not None and not self.req.test():
+        if self.told == self.taken or not _completed(self):
             return
         self.buf["taken"][...] = self.taken
         self.req = self.transport.isend(self.buf.buffer, self.peer, self.tag, "async tree ack")
@@ -229,22 +193,16 @@ class _Acker:
         self.sent += 1
 
     def settled(self) -> bool:
-        if self.told < self.taken:
+        return self.told >= self.taken and _completed(self)
+
+
+def _completed(end: _Sender | _Acker) -> bool:
+    """The last send of this end of an edge has completed (its request is then dropped)."""
+    if end.req is not None:
+        if not end.req.test():
             return False
-        if self.req is not None:
-            if not self.req.test():
-                return False
-            self.req = None
-        return True
-
-
-def _take_acks(inbox: Inbox | None, senders: dict[int, _Sender]) -> None:
-    if inbox is None:
-        return
-    for p, snd in senders.items():
-        while (msg := inbox.poll(p)) is not None:
-            snd.acked = max(snd.acked, int(msg["taken"]))
-            inbox.release(p)
+        end.req = None
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +334,7 @@ class AsyncTreeBroadcast:
         ht[1:] = ht[:-1].copy()
         hv[0], ht[0] = version, time.time()
         self._stale = set(self.children)
-        _take_acks(self._acks_in, self._down)  # a root that publishes without polling
+        self._take_acks()  # a root that publishes without polling
         self._pump()
 
     def close(self) -> None:
@@ -402,7 +360,7 @@ class AsyncTreeBroadcast:
                 self._inbox.release(p)
                 self._acker.taken += 1
             self._acker.pump()
-        _take_acks(self._acks_in, self._down)
+        self._take_acks()
         self._pump()
         return got
 
@@ -434,7 +392,22 @@ class AsyncTreeBroadcast:
                on_poll: Callable[[], None] | None = None) -> None:
         """Close (root), then poll until :meth:`idle`; raises PeerTimeout naming the peer."""
         self.close()
-        _run_until_idle(self, timeout_s, on_poll)
+        t = self.transport
+        t0 = time.perf_counter()
+        deadline = t0 + (t.timeout_s if timeout_s is None else timeout_s)
+        backoff = Backoff(t.idle, t.spin_s)
+        try:
+            while True:
+                self.poll()
+                if self.idle():
+                    return
+                if on_poll is not None:
+                    on_poll()
+                if time.perf_counter() > deadline:
+                    raise self._stuck(deadline - t0)
+                backoff.pause()
+        finally:
+            t.wait_s += time.perf_counter() - t0
 
     @property
     def age_mean(self) -> float:
@@ -459,6 +432,14 @@ class AsyncTreeBroadcast:
         }
 
     # -- internals ----------------------------------------------------------------------------
+    def _take_acks(self) -> None:
+        if self._acks_in is None:
+            return
+        for p, snd in self._down.items():
+            while (msg := self._acks_in.poll(p)) is not None:
+                snd.acked = max(snd.acked, int(msg["taken"]))
+                self._acks_in.release(p)
+
     def _take(self, msg: Message, got: list[int]) -> None:
         t_recv = time.time()
         self.msgs_received += 1
@@ -554,247 +535,3 @@ class AsyncTreeBroadcast:
                 return PeerTimeout(self.rank, c, "the final version (async tree broadcast)",
                                    waited_s, "to")
         return PeerTimeout(self.rank, "?", "async tree broadcast", waited_s)
-
-
-# ---------------------------------------------------------------------------------------------
-# Reduce to the root
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Contribution:
-    """One item delivered at the root by :meth:`AsyncTreeReduce.drain`.
-
-    ``payload``: the contributed bytes (a copy; ``.view(dtype)`` to read). ``age``: the root's
-    ``clock`` when the item reached the root minus ``round`` (same units as rounds: by default
-    the root's own latest round; an owner may set ``clock``, e.g. to the learner's version when
-    rounds are the parameter versions the contributions were computed with — then age is the
-    staleness). ``age_s``: seconds from :meth:`~AsyncTreeReduce.contribute` to arrival.
-    """
-
-    origin: int
-    round: int
-    payload: np.ndarray
-    age: int
-    age_s: float
-
-
-class AsyncTreeReduce:
-    """Reduce-to-root of individually tagged contributions up the k-nomial tree, non-blocking.
-
-    Each rank calls :meth:`contribute` (``payload``: a Schema or a byte count) at its own pace;
-    items queue locally and :meth:`poll` moves them: it takes what the children sent and, once
-    the parent has taken (acknowledged) the previous message, sends up to ``capacity`` queued
-    items — the rank's own and its subtree's, oldest first — in one message tagged per item with
-    (origin, round). What does not fit, or arrives while a message is outstanding, waits for a
-    later message (a send that leaves items behind counts in ``held_back``); nothing is
-    dropped, combined or sent twice, so the root gets every contribution exactly once. The root
-    collects arrivals with :meth:`drain`. A message holds ``capacity`` payloads: keep
-    ``capacity × nbytes`` modest for large contributions. ``msgs_sent``/``msgs_received`` count
-    data messages; ``acks_sent`` the acks.
-    """
-
-    def __init__(self, transport: Transport, payload: int | Schema, root: int, fanout: int = 2,
-                 tag: int = TAG_ASYNC_REDUCE_DEFAULT, *, capacity: int = 8) -> None:
-        self.transport, self.tag = transport, int(tag)
-        self.rank, self.size = transport.rank, transport.world_size
-        self.root, self.fanout = root, check_fanout(fanout)
-        self.parent, self.children = tree_links(self.rank, self.size, root, fanout)
-        self.nbytes = _payload_nbytes(payload)
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
-                or capacity < 1:
-            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
-        self.capacity = int(capacity)
-        self.wire = Schema("async_tree_reduce", [
-            ("count", np.int64, ()), ("done", np.int64, ()),
-            ("origin", np.int64, (self.capacity,)), ("round", np.int64, (self.capacity,)),
-            ("t", np.float64, (self.capacity,)),
-            ("payload", np.uint8, (self.capacity, self.nbytes)),
-        ])
-        what = "async tree reduce items"
-        self._inbox = Inbox(transport, self.wire, self.children, self.tag, 1, what) \
-            if self.children else None
-        self._ackers = {c: _Acker(transport, c, self.tag) for c in self.children}
-        self._queue: deque[tuple[int, int, float, np.ndarray]] = deque()
-        self._up = {self.parent: _Sender(transport, self.wire, self.parent, self.tag, what)} \
-            if self.parent is not None else {}
-        self._acks_in = Inbox(transport, ACK, [self.parent], self.tag, 1, "async tree ack") \
-            if self.parent is not None else None
-        self._done_sent = False  # the message marked done has been started
-        self.closed = False
-        self.children_done: set[int] = set()
-        self._delivered: list[Contribution] = []
-        self.clock = -1  # root: see Contribution.age
-        # statistics
-        self.msgs_sent = 0
-        self.msgs_received = 0
-        self.items_sent = 0
-        self.items_received = 0
-        self.packed = 0  # messages carrying more than one item
-        self.mixed = 0  # messages carrying items of more than one origin
-        self.max_count = 0
-        self.held_back = 0  # sends that left items behind because the capacity was full
-        self.delivered = 0
-        self.age_sum = 0
-        self.age_max: int | None = None
-        self.age_s_sum = 0.0
-        self.age_s_max = 0.0
-
-    def __repr__(self) -> str:
-        return (f"AsyncTreeReduce(rank={self.rank}, root={self.root}, fanout={self.fanout}, "
-                f"parent={self.parent}, children={self.children}, queued={len(self._queue)})")
-
-    def contribute(self, data: np.ndarray | Message, round: int) -> None:
-        """Queue this rank's item for ``round`` (sent by a later :meth:`poll`; at the root it is
-        delivered at once). The payload is copied."""
-        if self.closed:
-            raise RuntimeError("contribute after close()")
-        payload = _as_bytes(data, self.nbytes, "contribute").copy()
-        now = time.time()
-        if self.rank == self.root:
-            self.clock = max(self.clock, int(round))
-            self._deliver(self.rank, int(round), now, payload)
-        else:
-            self._queue.append((self.rank, int(round), now, payload))
-
-    def close(self) -> None:
-        """No more contributions from this rank; its subtree's *done* follows once complete."""
-        self.closed = True
-
-    def poll(self) -> int:
-        """Take the children's messages, send queued items to the parent if the link is free.
-        Returns the number of items taken from children. Never blocks."""
-        n = 0
-        if self._inbox is not None:
-            for c in self.children:
-                while (msg := self._inbox.poll(c)) is not None:
-                    n += self._take(c, msg)
-                    self._inbox.release(c)
-                    self._ackers[c].taken += 1
-                self._ackers[c].pump()
-        if self.parent is not None:
-            _take_acks(self._acks_in, self._up)
-            self._send()
-        return n
-
-    def drain(self) -> list[Contribution]:
-        """Poll, then hand over the contributions that reached the root since the last drain
-        (at other ranks: poll, return [])."""
-        self.poll()
-        out, self._delivered = self._delivered, []
-        return out
-
-    def backlog(self) -> int:
-        """Items queued here, not yet sent to the parent."""
-        return len(self._queue)
-
-    def idle(self) -> bool:
-        """Closed, every child done and acknowledged, and (non-root) the done message sent and
-        acknowledged: nothing more will travel on this tag to or from this rank."""
-        if not self.closed or len(self.children_done) < len(self.children):
-            return False
-        if not all(a.settled() for a in self._ackers.values()):
-            return False
-        if self.parent is None:
-            return True
-        return self._done_sent and self._up[self.parent].free()
-
-    def finish(self, timeout_s: float | None = None,
-               on_poll: Callable[[], None] | None = None) -> None:
-        """Close, then poll until :meth:`idle` (the root keeps its arrivals for :meth:`drain`);
-        raises PeerTimeout naming the peer it waits for."""
-        self.close()
-        _run_until_idle(self, timeout_s, on_poll)
-
-    @property
-    def age_mean(self) -> float:
-        return self.age_sum / self.delivered if self.delivered else 0.0
-
-    @property
-    def age_s_mean(self) -> float:
-        return self.age_s_sum / self.delivered if self.delivered else 0.0
-
-    @property
-    def acks_sent(self) -> int:
-        return sum(a.sent for a in self._ackers.values())
-
-    def stats(self) -> dict[str, float | int | None]:
-        return {
-            "msgs_sent": self.msgs_sent, "msgs_received": self.msgs_received,
-            "acks_sent": self.acks_sent,
-            "items_sent": self.items_sent, "items_received": self.items_received,
-            "packed": self.packed, "mixed": self.mixed, "max_count": self.max_count,
-            "held_back": self.held_back, "delivered": self.delivered,
-            "age_mean": self.age_mean, "age_max": self.age_max,
-            "age_s_mean": self.age_s_mean, "age_s_max": self.age_s_max,
-        }
-
-    # -- internals ----------------------------------------------------------------------------
-    def _take(self, child: int, msg: Message) -> int:
-        if child in self.children_done:
-            raise CommError(f"rank {self.rank}: async tree reduce: rank {child} sent a message "
-                            f"after its done mark")
-        k = int(msg["count"])
-        if not 0 <= k <= self.capacity:
-            raise CommError(f"rank {self.rank}: async tree reduce: rank {child} sent count {k} "
-                            f"(capacity {self.capacity})")
-        self.msgs_received += 1
-        self.items_received += k
-        origins, rounds, ts = msg["origin"].tolist(), msg["round"].tolist(), msg["t"].tolist()
-        for i in range(k):
-            item = (origins[i], rounds[i], ts[i], msg["payload"][i].copy())
-            if self.parent is None:
-                self._deliver(*item)
-            else:
-                self._queue.append(item)
-        if msg["done"]:
-            self.children_done.add(child)
-        return k
-
-    def _deliver(self, origin: int, round_: int, t: float, payload: np.ndarray) -> None:
-        age, age_s = self.clock - round_, time.time() - t
-        self._delivered.append(Contribution(origin, round_, payload, age, age_s))
-        self.delivered += 1
-        self.age_sum += age
-        self.age_max = age if self.age_max is None else max(self.age_max, age)
-        self.age_s_sum += age_s
-        self.age_s_max = max(self.age_s_max, age_s)
-
-    def _send(self) -> None:
-        up = self._up[self.parent]
-        if self._done_sent or not up.free():
-            return
-        subtree_done = self.closed and len(self.children_done) == len(self.children)
-        if not self._queue and not subtree_done:
-            return
-        k = min(self.capacity, len(self._queue))
-        if len(self._queue) > k:
-            self.held_back += 1
-        buf = up.buf
-        origins = set()
-        for i in range(k):
-            origin, round_, t, payload = self._queue.popleft()
-            buf["origin"][i], buf["round"][i], buf["t"][i] = origin, round_, t
-            buf["payload"][i] = payload
-            origins.add(origin)
-        buf["count"][...] = k
-        done = subtree_done and not self._queue
-        buf["done"][...] = int(done)
-        up.send()
-        self._done_sent = done
-        self.msgs_sent += 1
-        self.items_sent += k
-        self.packed += k > 1
-        self.mixed += len(origins) > 1
-        self.max_count = max(self.max_count, k)
-
-    def _stuck(self, waited_s: float) -> PeerTimeout:
-        for c in self.children:
-            if c not in self.children_done:
-                return PeerTimeout(self.rank, c, "the done mark (async tree reduce)", waited_s)
-        for c, a in self._ackers.items():
-            if not a.settled():
-                return PeerTimeout(self.rank, c, "an ack (async tree reduce)", waited_s, "to")
-        if self.parent is not None and self._done_sent and not self._up[self.parent].free():
-            return PeerTimeout(self.rank, self.parent, "the ack of the done mark "
-                               "(async tree reduce)", waited_s)
-        return PeerTimeout(self.rank, self.parent if self.parent is not None else "?",
-                           "the done mark (async tree reduce)", waited_s, "to")
