@@ -32,7 +32,7 @@ DONE_FILE = "ARCHZOO_DONE_FILE"
 the launcher reports success although mpiexec exits with a dead actor's code."""
 
 DEATHS_FILE = "ARCHZOO_DEATHS_FILE"
-"""MPI: the file each rank's shell (``launcher.RANK_SHELL``) appends ``RANK CODE`` to when its
+"""MPI: the file each rank's shell (``spawn.RANK_SHELL``) appends ``RANK CODE`` to when its
 rank fails, for the launcher to name the dead ranks."""
 
 MPI_SURVIVE = "ARCHZOO_MPI_SURVIVE"
