@@ -78,12 +78,13 @@ class Setup:
 
 
 def make_setups(archs: Iterable[str], reference: bool, variants: Iterable[str] = (),
-                own_baselines: bool = False) -> list[Setup]:
+                own_baselines: bool = False, variants_only: bool = False) -> list[Setup]:
     """Each architecture with ``--actors 2``, each of those again per variant ("NAME=FLAGS":
     more flags, e.g. "clip=--clip-ratio 0.2"), then the single-process reference. With
     ``own_baselines`` every such setup also runs as one process (``--actors 0``, same preset
-    and flags), the baseline it is judged against."""
-    families = [("", ())] + [(f", {n}", tuple(shlex.split(f)))
+    and flags), the baseline it is judged against; ``variants_only`` leaves out the presets
+    as they are."""
+    families = [("", ())] * (not variants_only) + [(f", {n}", tuple(shlex.split(f)))
                              for n, _, f in (v.partition("=") for v in variants)]
     reference_setup = Setup(REFERENCE, "impala", ("--actors", "0"))
     out = []
@@ -521,6 +522,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    "'clip=--clip-ratio 0.2' (repeatable)")
     p.add_argument("--own-baselines", action="store_true",
                    help="also run every setup as one process (--actors 0), its own baseline")
+    p.add_argument("--variants-only", action="store_true",
+                   help="run only the --variant setups, not the presets as they are")
     p.add_argument("--no-reference", action="store_true",
                    help=f"leave out the reference setup, {REFERENCE}")
     p.add_argument("--games", nargs="*", default=list(GAMES))
@@ -540,7 +543,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    setups = make_setups(args.archs, not args.no_reference, args.variant, args.own_baselines)
+    setups = make_setups(args.archs, not args.no_reference, args.variant, args.own_baselines,
+                         args.variants_only)
     data = load_results(args.results)
     run_grid(args, setups, data)
     if args.dry_run:
