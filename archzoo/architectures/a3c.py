@@ -35,11 +35,11 @@ from archzoo import builders, harness
 from archzoo.architectures import a2c_allreduce
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
-from archzoo.harness.ps_roles import run_shards, shard_stats
+from archzoo.harness.ps_roles import param_shard, run_shards
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.tags import PS_TAGS
 from learners.a2c import a2c_gradient
-from paramserver import ParamShard, PSClient, ShardState, ps_schemas, shard_bounds
+from paramserver import PSClient, ShardState, ps_schemas
 
 APPLIED = "gradients worker->shards and parameters shards->worker point-to-point (star)"
 
@@ -101,26 +101,21 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
 
 def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
               workers: list[int]) -> dict[str, Any] | None:
-    cfg, t = ctx.cfg, ctx.transport
+    """A parameter-server shard; shard 0 also keeps the learning curve and decides."""
+    cfg = ctx.cfg
     model = builders.actor_critic(cfg, spec)  # every shard: the same initial parameters
-    flat = np.zeros(num_params(model), np.float32)
-    get_flat(model, flat)
-    lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
-    shard = ParamShard(t, flat[lo:hi], workers, builders.ps_optimizer(cfg), PS_TAGS,
-                       mode=cfg.mode, drop=cfg.ps_drop, staleness=cfg.staleness)
-    digests = {s.name: s.digest() for s in ps_schemas(len(flat))}
+    shard = param_shard(ctx, model, shards, workers, builders.ps_optimizer(cfg),
+                        mode=cfg.mode, drop=cfg.ps_drop, staleness=cfg.staleness)
+    digests = {s.name: s.digest() for s in ps_schemas(num_params(model))}
     meta = builders.policy_meta(cfg, spec)
     end = run_shards(ctx, shard, digests, model, meta, shards, actors=workers)
     if end is None:
         return None
-    set_flat(model, end.final["params"])
-    extra = {"ps_shards": len(shards), "ps": shard_stats(shard, shards, end.run.byes),
-             "final_params_version": int(end.final["version"]),
-             "mode_rule": (
-                 "async: apply each gradient as it arrives" if cfg.mode == "async"
-                 else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")}
-    return end.run.finish(model, shard.version, meta=meta, topology="star", applied=APPLIED,
-                          role=lambda r: "worker" if r in workers else "shard", extra=extra)
+    rule = ("async: apply each gradient as it arrives" if cfg.mode == "async"
+            else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")
+    return end.finish(model, meta, topology="star", applied=APPLIED,
+                      role=lambda r: "worker" if r in workers else "shard",
+                      extra={"mode_rule": rule})
 
 
 def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list[int]) -> None:

@@ -21,14 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from archzoo import builders, harness
-from archzoo.comm import Message
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.replay_role import LearnerReplay, replay_summary, serve_replay
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.harness.transition_role import TransitionLeaf
-from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.nets import get_flat, num_params
 from archzoo.runlog import Timers, VersionClock
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
@@ -140,13 +139,8 @@ def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[i
     cfg, t = ctx.cfg, ctx.transport
     model = builders.q_network(cfg, spec)  # its weights come from the learner
     me = TransitionLeaf(ctx, spec, model, actors)
-
-    def load(msg: Message) -> None:
-        set_flat(model, msg["params"])
-        me.actor.version = int(msg["version"])
-
     params = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(num_params(model)), 0,
-                              load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
+                              me.load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
                               [0, *actors])
     with harness.leaf(ctx, _digests(cfg, spec, model)) as link:
         me.start(link, shards[actors.index(ctx.rank) % len(shards)] if shards else 0)

@@ -29,24 +29,21 @@ from typing import Any
 
 import numpy as np
 
-from actors.evaluation import GreedyEvaluator
-from actors.transitions import TransitionActor, epsilon
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel, Message
-from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
-from archzoo.harness.ps_roles import run_shards, shard_stats
+from archzoo.harness.ps_roles import param_shard, run_shards
+from archzoo.harness.replay_role import serve_replay
 from archzoo.harness.single_dqn import run_single_dqn
-from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.harness.transition_role import TransitionLeaf
+from archzoo.nets import num_params, set_flat
 from archzoo.tags import PS_TAGS
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
 from learners.dqn import dqn_gradient
-from paramserver import ParamShard, PSClient, make_optimizer, ps_schemas, shard_bounds
-from replay.keeper import ReplayKeeper
-from replay.server import RateLimiter, ReplayServer, ShardedReplayClient
+from paramserver import PSClient, make_optimizer, ps_schemas
+from replay.server import ShardedReplayClient
 
 STREAMS = ("gradients learner->shards, parameters shards->learners, transitions "
            "actor->replay, samples replay->learner: point-to-point")
@@ -67,20 +64,17 @@ def roles(cfg: GorilaConfig, world: int) -> tuple[list[int], int, list[int], lis
             list(range(k + 1 + lrn, world)))
 
 
-def _digests(cfg: GorilaConfig, spec: EnvSpec, n: int) -> dict[str, str]:
+def _digests(cfg: GorilaConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
+    n = num_params(builders.q_network(cfg, spec) if model is None else model)
     return {**builders.replay_digests(cfg, spec, n),
             **{s.name: s.digest() for s in ps_schemas(n)}}
 
 
-def _join(ctx: RankContext, spec: EnvSpec, shards: list[int], model):
-    """A learner's or actor's start: handshake with rank 0, then the server's parameters."""
-    control = ControlChannel(ctx.transport, [0], harness.TAG_CONTROL)
-    n = num_params(model)
-    harness.handshake_leaf(control, 0, _digests(ctx.cfg, spec, n), ctx.cfg.startup_timeout)
-    ps = PSClient(ctx.transport, shards, n, PS_TAGS)
+def _pull(ps: PSClient, model: Any) -> np.ndarray:
+    """The server's parameters into ``model``; returns every shard's version."""
     params, versions = ps.sync()
     set_flat(model, params)
-    return control, harness.LeafControl(control, 0), ps, params, versions
+    return versions
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
@@ -101,158 +95,102 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 
 def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list[int],
               actors: list[int]) -> dict[str, Any] | None:
+    """A parameter-server shard (Adam, async); shard 0 also pushes to the actors' tree."""
     cfg, t = ctx.cfg, ctx.transport
-    model = builders.q_network(cfg, spec)
-    flat = np.zeros(num_params(model), np.float32)
-    get_flat(model, flat)
-    lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
-    shard = ParamShard(t, flat[lo:hi], learners + actors, make_optimizer("adam", cfg.lr),
-                       PS_TAGS, mode="async", staleness=cfg.staleness)
+    model, meta = builders.q_network(cfg, spec), builders.policy_meta(cfg, spec)
+    shard = param_shard(ctx, model, shards, learners + actors,
+                        make_optimizer("adam", cfg.lr), mode="async", staleness=cfg.staleness)
     publisher = None
     if cfg.topology != "star" and ctx.rank == 0:  # one shard: push to the actors' tree
-        publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, params_schema(len(flat)),
-                                    actors, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
-    end = run_shards(ctx, shard, _digests(cfg, spec, len(flat)), model,
-                     builders.policy_meta(cfg, spec), shards,
+        publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout,
+                                    params_schema(num_params(model)), actors,
+                                    harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
+    end = run_shards(ctx, shard, _digests(cfg, spec, model), model, meta, shards,
                      actors=actors, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
-                     publisher=publisher, publish_every=cfg.publish_every,
-                     lag_from="actors")
+                     publisher=publisher, publish_every=cfg.publish_every, lag_from="actors")
     if end is None:
         return None
-    set_flat(model, end.final["params"])
     replay = shards[-1] + 1
-    extra = {"ps_shards": len(shards), "learners": len(learners),
-             "ps": shard_stats(shard, shards, end.run.byes),
-             "replay": end.run.byes[replay].get("replay", {}),
-             "final_params_version": int(end.final["version"]),
-             "params_messages_root": publisher.messages() if publisher else None}
     role = {r: ("learner" if r in learners else "actor" if r in actors else
                 "replay" if r == replay else "shard") for r in end.run.byes}
-    return end.run.finish(model, shard.version, meta=builders.policy_meta(cfg, spec),
-                          topology=cfg.topology, applied=applied(cfg), role=role.get,
-                          extra=extra)
+    return end.finish(model, meta, topology=cfg.topology, applied=applied(cfg),
+                      role=role.get, extra={
+                          "learners": len(learners),
+                          "replay": end.run.byes[replay].get("replay", {}),
+                          "params_messages_root": publisher.messages() if publisher else None})
 
 
 def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: list[int]) -> None:
-    cfg, t = ctx.cfg, ctx.transport
-    control = ControlChannel(t, [0], harness.TAG_CONTROL)
-    memory = builders.replay_memory(cfg, spec, cfg.replay_capacity,
-                                    harness.actor_seed(cfg.seed, ctx.rank))
-    limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
-    server = ReplayServer(t, memory, spec.obs_shape, actors, learners, cfg.insert_capacity(),
-                          cfg.batch_size, limiter, harness.REPLAY_TAGS, spec.obs_dtype)
-    keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --checkpoint-replay
-    n_params = num_params(builders.q_network(cfg, spec))
-    harness.handshake_leaf(control, 0, _digests(cfg, spec, n_params),
-                           cfg.startup_timeout)
-    lc = harness.LeafControl(control, 0)
-    while not lc.stopped:
-        lc.poll()
-        if not server.serve():
-            t.idle(2e-4)
-        keeper.maybe_save()
-
-    def drain() -> None:
-        server.drain_inserts(force=True)
-
-    server.flush(on_poll=drain)
-    keeper.save()
-    harness.finish_leaf(ctx, control, lc, 0, {"replay": {"inserted": limiter.inserted,
-                                                         "sampled": limiter.sampled,
-                                                         "size": len(memory)},
-                                              "bytes": t.counters.totals()}, drain=drain)
+    """The replay memory: every actor inserts, every learner samples."""
+    cfg = ctx.cfg
+    serve_replay(ctx, spec, _digests(cfg, spec), actors=actors, learners=learners,
+                 capacity=cfg.replay_capacity, learning_starts=cfg.learning_starts)
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
                 learners: list[int]) -> None:
+    """Sample, the double-DQN gradient on the server's parameters, push it, take theirs."""
     cfg, t = ctx.cfg, ctx.transport
     online = builders.q_network(cfg, spec)
-    control, lc, ps, params, versions = _join(ctx, spec, shards, online)
-    target = copy.deepcopy(online).requires_grad_(False)
-    samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
-                                  cfg.prioritized, harness.SAMPLE_TAGS,
-                                  harness.actor_seed(cfg.seed, ctx.rank),
-                                  obs_dtype=spec.obs_dtype)
-    reporter = harness.StatsReporter(control, 0)  # its updates' statistics (no episodes)
-    steps = 0
-    grad_s = 0.0
-    try:
-        samples.request(on_poll=lc.raise_if_stopped)
+    with harness.leaf(ctx, _digests(cfg, spec, online)) as link:
+        ps = PSClient(t, shards, num_params(online), PS_TAGS)
+        _pull(ps, online)
+        target = copy.deepcopy(online).requires_grad_(False)
+        samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
+                                      cfg.prioritized, harness.SAMPLE_TAGS,
+                                      harness.actor_seed(cfg.seed, ctx.rank),
+                                      obs_dtype=spec.obs_dtype)
+        steps, grad_s = 0, 0.0
+        link.on_stop(ps.close, drain=samples.drain,
+                     stats=lambda: {"timing": {"gradient": grad_s}, "steps": steps})
+        samples.request(on_poll=link.raise_if_stopped)
         while True:
-            lc.raise_if_stopped()
-            batch = samples.receive(on_poll=lc.raise_if_stopped)
-            samples.request(on_poll=lc.raise_if_stopped)  # prefetch while computing
+            link.raise_if_stopped()
+            batch = samples.receive(on_poll=link.raise_if_stopped)
+            samples.request(on_poll=link.raise_if_stopped)  # prefetch while computing
             t0 = time.perf_counter()
             grad, td, stats = dqn_gradient(online, target, batch.data, batch.weights,
                                            max_grad_norm=cfg.max_grad_norm)
             grad_s += time.perf_counter() - t0
-            reporter.add_learner(stats)  # shard 0 adds its learning rate
-            reporter.maybe_report(0, None, None)
+            link.reporter.add_learner(stats)  # its updates' statistics; shard 0 adds the lr
+            link.reporter.maybe_report(0, None, None)
             samples.update_priorities(batch, td)
-            params, versions = ps.exchange(grad)
+            params, _ = ps.exchange(grad)
             set_flat(online, params)
             steps += 1
             if steps % cfg.target_update == 0:  # the target follows the server
                 target.load_state_dict(online.state_dict())
-    except harness.StopRequested:
-        pass
-    ps.close()
-    harness.finish_leaf(ctx, control, lc, 0, {"timing": {"gradient": grad_s, "wait": t.wait_s},
-                                              "steps": steps, "bytes": t.counters.totals()},
-                        drain=samples.drain)
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
               actors: list[int]) -> None:
+    """An ε_i-greedy actor: transitions to the replay, the server's parameters pulled every
+    ``--param-sync-every`` batches (or pushed down the actors' tree)."""
     cfg, t = ctx.cfg, ctx.transport
-    i = actors.index(ctx.rank)
     model = builders.q_network(cfg, spec)
-    control, lc, ps, _, versions = _join(ctx, spec, shards, model)
-    eps = epsilon(i, len(actors), cfg.eps_base, cfg.eps_alpha)
-    actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
-                            harness.actor_seed(cfg.seed, ctx.rank))
-    actor.version = int(versions[0])  # shard 0's version: its clock gives the lag's age
-    evaluator = GreedyEvaluator(spec, cfg.eval_episodes,
-                                harness.evaluator_seed(cfg.seed, ctx.rank))
-    out = DoubleBuffer(t, builders.transitions(cfg, spec), replay,
-                       harness.TAG_TRANSITIONS, "transitions")
-    reporter = harness.StatsReporter(control, 0)
-    pushed = None  # --topology tree|butterfly|ring: shard 0 pushes, the actors relay
-
-    def load(msg: Message) -> None:
-        set_flat(model, msg["params"])
-        actor.version = int(msg["version"])
-
-    if cfg.topology != "star":
-        pushed = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(num_params(model)),
-                                  0, load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
-                                  [0, *actors])
-    k = 0
-    try:
+    with harness.leaf(ctx, _digests(cfg, spec, model)) as link:
+        ps = PSClient(t, shards, num_params(model), PS_TAGS)
+        versions = _pull(ps, model)
+        me = TransitionLeaf(ctx, spec, model, actors)
+        me.actor.version = int(versions[0])  # shard 0's: its clock gives the lag's age
+        me.start(link, replay)
+        pushed = None  # --topology tree|butterfly|ring: shard 0 pushes, the actors relay
+        if cfg.topology != "star":
+            pushed = ParamsSubscriber(t, cfg.topology, cfg.fanout,
+                                      params_schema(num_params(model)), 0, me.load,
+                                      harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
+                                      [0, *actors])
+        link.on_stop(me.out.flush, ps.close,
+                     stats=lambda: me.stats(**({"params": pushed.stats()} if pushed else {})),
+                     drain=pushed and pushed.take_newest, settle=pushed and pushed.settle)
+        k = 0
         while True:
-            lc.raise_if_stopped()
-            actor.collect(out.next(on_poll=lc.raise_if_stopped), cfg.actor_batch)
-            out.send()
+            link.raise_if_stopped()
+            me.step(on_poll=link.raise_if_stopped)
             k += 1
             if pushed is not None:
                 pushed.take_newest()
             elif k % cfg.param_sync_every == 0:
-                params, versions = ps.sync()
-                set_flat(model, params)
-                actor.version = int(versions[0])
-            reporter.add(actor.take_finished(), evaluator.maybe_run(actor.greedy,
-                                                                    cfg.eval_interval))
-            reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
-    except harness.StopRequested:
-        pass
-    out.flush()
-    ps.close()
-    stats = {"timing": {"env": actor.env_s, "inference": actor.inference_s, "wait": t.wait_s},
-             "epsilon": eps, "bytes": t.counters.totals()}
-    if pushed is not None:
-        stats["params"] = pushed.stats()
-    harness.finish_leaf(ctx, control, lc, 0, stats,
-                        drain=pushed.take_newest if pushed else lambda: None,
-                        settle=pushed.settle if pushed else None)
-    actor.close()
-    evaluator.close()
+                me.actor.version = int(_pull(ps, model)[0])
+            me.report()
+    me.close()

@@ -15,23 +15,47 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from archzoo.checkpoint import OwnCheckpoint
 from archzoo.comm import Message
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import RootRun, leaf, root
-from archzoo.nets import num_params, set_flat
-from archzoo.tags import TAG_FINAL_PARAMS
+from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.tags import PS_TAGS, TAG_FINAL_PARAMS
 from archzoo.topology.star import params_schema
 from paramserver import ParamShard, shard_bounds
 
 
 @dataclass
 class ShardRun:
-    """What shard 0 holds once the run stopped: the run (:meth:`RootRun.finish` writes its
-    summary) and the full final parameters with shard 0's version."""
+    """What shard 0 holds once the run stopped: the run, the full final parameters with
+    shard 0's version, and its shard among ``shards``."""
 
     run: RootRun
     final: Message
+    shard: ParamShard
+    shards: list[int]
+
+    def finish(self, model: Any, meta: dict[str, Any], extra: dict[str, Any] | None = None,
+               **kw: Any) -> dict[str, Any]:
+        """The server's final parameters into ``model``, then :meth:`RootRun.finish` with
+        the shards' counters (``ps_shards``, ``ps``, ``final_params_version``) in ``extra``."""
+        set_flat(model, self.final["params"])
+        extra = {"ps_shards": len(self.shards),
+                 "ps": shard_stats(self.shard, self.shards, self.run.byes),
+                 "final_params_version": int(self.final["version"]), **(extra or {})}
+        return self.run.finish(model, self.shard.version, meta=meta, extra=extra, **kw)
+
+
+def param_shard(ctx: RankContext, model: Any, shards: list[int], workers: list[int],
+                optimizer: Any, **kw: Any) -> ParamShard:
+    """This rank's slice of ``model``'s parameters (every shard builds the same model),
+    served to ``workers`` with ``optimizer``; ``kw``: as :class:`ParamShard`'s."""
+    flat = np.zeros(num_params(model), np.float32)
+    get_flat(model, flat)
+    lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
+    return ParamShard(ctx.transport, flat[lo:hi], workers, optimizer, PS_TAGS, **kw)
 
 
 def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], model: Any,
@@ -99,7 +123,7 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
     for r, req in reqs.items():
         t.wait(req)
         final["params"][slice(*bounds[shards.index(r)])] = slices[r]["params"]
-    return ShardRun(run, final)
+    return ShardRun(run, final, shard, shards)
 
 
 def _serve_slice(ctx: RankContext, shard: ParamShard, digests: dict[str, str]) -> None:

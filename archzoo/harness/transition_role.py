@@ -15,11 +15,13 @@ from typing import Any
 from actors.evaluation import GreedyEvaluator
 from actors.transitions import TransitionActor, epsilon
 from archzoo import builders
+from archzoo.comm import Message
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import LeafLink
+from archzoo.nets import set_flat
 from archzoo.runlog import Timers
 from archzoo.tags import TAG_TRANSITIONS
 
@@ -30,11 +32,16 @@ class TransitionLeaf:
 
     def __init__(self, ctx: RankContext, spec: EnvSpec, model: Any, actors: list[int]) -> None:
         cfg = self.cfg = ctx.cfg
-        self.ctx, self.spec = ctx, spec
+        self.ctx, self.spec, self.model = ctx, spec, model
         self.eps = epsilon(actors.index(ctx.rank), len(actors), cfg.eps_base, cfg.eps_alpha)
         self.actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model,
                                      self.eps, actor_seed(cfg.seed, ctx.rank))
         self.timers = Timers()
+
+    def load(self, msg: Message) -> None:
+        """Parameters from a broadcast (``params``, ``version``) into the model."""
+        set_flat(self.model, msg["params"])
+        self.actor.version = int(msg["version"])
 
     def start(self, link: LeafLink, dest: int) -> None:
         """Once joined: the greedy evaluator, and the transitions' way to replay rank
