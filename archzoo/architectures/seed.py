@@ -33,12 +33,11 @@ from actors.inference import InferenceServer, inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from actors.unroll import unroll_schema
 from archzoo import builders, harness
-from archzoo.comm import CommError, ControlChannel
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
-from archzoo.harness import RankContext, Survivors
-from archzoo.runlog import Monitor, RunDir
+from archzoo.harness import RankContext
+from archzoo.runlog import Monitor
 from learners.seed import SeedLearner
 
 POLL_CONTROL_EVERY = 16  # actor steps between looks at the control channel
@@ -89,91 +88,67 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                                  {"inference": inference_summary(None, client)})
 
 
+def _schemas(spec: EnvSpec, cfg: SeedConfig) -> tuple[Any, Any, dict[str, str]]:
+    """The request and reply messages, and their digests for the start-up check."""
+    req_s, rep_s = request_schema(spec, cfg.envs_per_actor), reply_schema(spec, cfg.envs_per_actor)
+    return req_s, rep_s, {"request": req_s.digest(), "reply": rep_s.digest()}
+
+
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """Rank 0: answer batches of requests, build the unrolls, train on them when complete."""
     cfg, t = ctx.cfg, ctx.transport
     actors = list(range(1, ctx.world_size))
-    E = cfg.envs_per_actor
-    req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
-    control = ControlChannel(t, actors, harness.TAG_CONTROL)
-    harness.handshake_root(control, actors, {"request": req_s.digest(), "reply": rep_s.digest()},
-                           cfg.startup_timeout)
-    run_dir, mon = harness.open_run(ctx)
-    sl, policy = _learner(cfg, spec, mon, actors)
-    sync = {"unrolls": sl, "sampler": policy} if cfg.mode == "sync" else {}
-    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner, **sync},
-                               (sl.learner.model, builders.policy_meta(cfg, spec)))
-    if sync:  # empty unless resumed: the actors take their logged steps again first
-        sl.actions_to_replay().send_all(t, actors, harness.TAG_ACTIONS, cfg.startup_timeout)
-    survivors = Survivors(ctx.rank, actors, cfg.min_actors, mon.elapsed)
-    survivors.on_drop(control.drop)
-    server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
-                             cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
-                             harness.TAG_INFER_REPLY, mode=cfg.mode, on_answer=sl.on_answer,
-                             on_drop=lambda _, e: survivors.drop(e, "inference"))
-    mon.extra = server.stats.window
-    backoff = Backoff(t.idle, t.spin_s)  # the learner has nothing else to do: spin first
-    stop = None
-    while stop is None:
-        served = server.serve()
-        updated = sl.maybe_update()
-        if served or updated:
-            backoff.reset()
-        else:
-            backoff.pause()
-        c = t.counters.totals()
-        mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-        stop = mon.check_stop()
-
-    try:
-        byes = harness.finish_root(ctx, control, actors, server.drop_pending,
-                                   outstanding=lambda: server.flush(), survivors=survivors)
-    except CommError as e:
-        # an actor died (the server dropped it) or went silent: keep what was learnt in the
-        # run directory, then fail with the error that names it
-        _finish(ctx, run_dir, mon, stop, sl, server, spec, {}, str(e), survivors)
-        raise
-    return _finish(ctx, run_dir, mon, stop, sl, server, spec, byes, None, survivors)
-
-
-def _finish(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str, sl: SeedLearner,
-            server: InferenceServer, spec: EnvSpec, byes: dict[int, Any],
-            error: str | None, survivors: Survivors) -> dict[str, Any]:
-    """Write summary.json and the policy (also when the stop protocol failed)."""
+    req_s, rep_s, digests = _schemas(spec, cfg)
+    # a stop protocol that fails (an actor silent) still writes the summary, with stop_error
+    with harness.root(ctx, actors, digests, actors=actors, keep_stop_error=True) as run:
+        sl, policy = _learner(cfg, spec, run.mon, actors)
+        sync = {"unrolls": sl, "sampler": policy} if cfg.mode == "sync" else {}
+        run.attach({"learner": sl.learner, **sync},
+                   (sl.learner.model, builders.policy_meta(cfg, spec)))
+        if sync:  # empty unless resumed: the actors take their logged steps again first
+            sl.actions_to_replay().send_all(t, actors, harness.TAG_ACTIONS, cfg.startup_timeout)
+        server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
+                                 cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
+                                 harness.TAG_INFER_REPLY, mode=cfg.mode, on_answer=sl.on_answer,
+                                 on_drop=lambda _, e: run.survivors.drop(e, "inference"))
+        run.mon.extra = server.stats.window
+        run.on_stop(server.drop_pending, outstanding=lambda: server.flush())
+        backoff = Backoff(t.idle, t.spin_s)  # the learner has nothing else to do: spin first
+        while not run.stopped:
+            served = server.serve()
+            updated = sl.maybe_update()
+            if served or updated:
+                backoff.reset()
+            else:
+                backoff.pause()
+            run.log()
+            run.check_stop()
     timers = {"learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
-                          "wait": ctx.transport.wait_s}}
-    extra = {"inference": inference_summary(server), "actor_restarts": sl.restarts(),
-             "stop_error": error, **survivors.summary()}
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=sl.learner.model,
-                              meta=builders.policy_meta(ctx.cfg, spec), updates=sl.learner.version,
-                              device=sl.learner.device, applied=APPLIED, timers=timers, byes=byes,
-                              extra=extra)
+                          "wait": t.wait_s}}
+    return run.finish(sl.learner.model, sl.learner.version, device=sl.learner.device,
+                      applied=APPLIED, timers=timers,
+                      extra={"inference": inference_summary(server),
+                             "actor_restarts": sl.restarts()})
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+    """An actor: step the envs with the actions the learner answers, nothing else."""
     cfg, t = ctx.cfg, ctx.transport
-    root = 0
-    E = cfg.envs_per_actor
-    req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
-    control = ControlChannel(t, [root], harness.TAG_CONTROL)
-    harness.handshake_leaf(control, root, {"request": req_s.digest(), "reply": rep_s.digest()},
-                           cfg.startup_timeout)
-    lc = harness.LeafControl(control, root)
-    client = PolicyClient(t, root, req_s, rep_s, harness.TAG_INFER_REQUEST, harness.TAG_INFER_REPLY,
-                          new_run_id(ctx.rank), on_poll=lc.raise_if_stopped)
-    actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, ctx.rank))
-    if cfg.mode == "sync":  # a resumed run's actor takes its logged steps again
-        catch_up(t, actor, root, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
-    i = 0
-    try:
+    req_s, rep_s, digests = _schemas(spec, cfg)
+    with harness.leaf(ctx, digests) as link:
+        client = PolicyClient(t, 0, req_s, rep_s, harness.TAG_INFER_REQUEST,
+                              harness.TAG_INFER_REPLY, new_run_id(ctx.rank),
+                              on_poll=link.raise_if_stopped)
+        actor = SeedActor(spec, cfg.envs_per_actor, client, harness.actor_seed(cfg.seed, ctx.rank))
+        if cfg.mode == "sync":  # a resumed run's actor takes its logged steps again
+            catch_up(t, actor, 0, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
+        link.on_stop(stats=lambda: {
+            "timing": {"env": actor.env_s, "inference": client.round_trip_s},
+            "env_steps": actor.env_steps, "episodes": actor.episodes})
+        i = 0
         while True:
             if i % POLL_CONTROL_EVERY == 0:
-                lc.raise_if_stopped()
+                link.raise_if_stopped()
             actor.step()
             i += 1
-    except harness.StopRequested:
-        pass
-    lc.stopped = True
-    stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": client.round_trip_s},
-                               env_steps=actor.env_steps, episodes=actor.episodes)
-    harness.finish_leaf(ctx, control, lc, root, stats, drain=lambda: None)
     actor.close()

@@ -32,16 +32,9 @@ from functools import cached_property
 from typing import Any
 
 from archzoo.comm import CommError, ControlChannel
+from archzoo.harness import protocol
 from archzoo.harness.finish import attach_checkpoints, byte_totals, finish_run, open_run
-from archzoo.harness.protocol import (
-    LeafControl,
-    RankContext,
-    StopRequested,
-    finish_leaf,
-    finish_root,
-    handshake_leaf,
-    handshake_root,
-)
+from archzoo.harness.protocol import LeafControl, RankContext
 from archzoo.harness.stats import StatsReporter, absorb_stats
 from archzoo.harness.survivors import Survivors
 from archzoo.tags import TAG_CONTROL
@@ -100,7 +93,7 @@ class LeafLink:
         if "timing" in stats and "wait" not in stats["timing"]:
             stats["timing"] = {**stats["timing"], "wait": t.wait_s}
         stats["bytes"] = t.counters.totals()
-        finish_leaf(self.ctx, self.control, self.lc, self.root, stats, self._drain,
+        protocol.finish_leaf(self.ctx, self.control, self.lc, self.root, stats, self._drain,
                     self._settle)
 
 
@@ -110,11 +103,11 @@ def leaf(ctx: RankContext, digests: dict[str, str], *, root: int = 0) -> Iterato
     then the body; when it ends (by :class:`StopRequested` or on its own) the stop protocol
     of :meth:`LeafLink.on_stop`. Any other exception propagates, with no BYE."""
     control = ControlChannel(ctx.transport, [root], TAG_CONTROL)
-    handshake_leaf(control, root, digests, ctx.cfg.startup_timeout)
+    protocol.handshake_leaf(control, root, digests, ctx.cfg.startup_timeout)
     link = LeafLink(ctx, control, root)
     try:
         yield link
-    except StopRequested:
+    except protocol.StopRequested:
         pass
     link._finish()
 
@@ -231,7 +224,7 @@ def root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
     it."""
     cfg = ctx.cfg
     control = ControlChannel(ctx.transport, leaves, TAG_CONTROL)
-    handshake_root(control, leaves, digests, cfg.startup_timeout)
+    protocol.handshake_root(control, leaves, digests, cfg.startup_timeout)
     opened = open_run(ctx, eval_window, parts=parts, policy=policy)
     survivors = None
     if actors is not None:
@@ -241,7 +234,8 @@ def root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
                   None if policy is None else policy[1], keep_stop_error)
     yield run
     try:
-        run.byes = finish_root(ctx, control, leaves, run._drain, run._outstanding, survivors)
+        run.byes = protocol.finish_root(ctx, control, leaves, run._drain, run._outstanding,
+                                        survivors)
     except CommError as e:
         if not keep_stop_error:
             raise
