@@ -30,7 +30,7 @@ from actors.inference import inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
 from actors.unroll import unroll_schema
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel, Inbox, Request
+from archzoo.comm import Inbox, Request
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import Ga3cConfig
 from archzoo.envs import EnvSpec
@@ -51,135 +51,128 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
     return harness.play_star_roles(ctx, run_single, run_server, run_agent)
 
 
-def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
-    cfg, t = ctx.cfg, ctx.transport
-    agents = list(range(1, ctx.world_size))
+def _schemas(cfg: Ga3cConfig, spec: EnvSpec):
+    """The request, reply and unroll messages, and their digests for the start-up check."""
     E = cfg.envs_per_actor
     req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
     u_schema = unroll_schema(spec, cfg.unroll_length, E)
-    control = ControlChannel(t, agents, harness.TAG_CONTROL)
+    return req_s, rep_s, u_schema, {"request": req_s.digest(), "reply": rep_s.digest(),
+                                    "unroll": u_schema.digest()}
+
+
+def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+    """Rank 0's communication thread: requests and unrolls into the bounded queues, replies
+    out; the predictor and trainer threads do the rest (learners/ga3c_server.py)."""
+    cfg, t = ctx.cfg, ctx.transport
+    agents = list(range(1, ctx.world_size))
+    req_s, rep_s, u_schema, digests = _schemas(cfg, spec)
     requests = Inbox(t, req_s, agents, harness.TAG_INFER_REQUEST, depth=1,
                      what="prediction request")
     unrolls = Inbox(t, u_schema, agents, harness.TAG_UNROLL, depth=1, what="unroll")
-    harness.handshake_root(control, agents, {"request": req_s.digest(), "reply": rep_s.digest(),
-                                             "unroll": u_schema.digest()}, cfg.startup_timeout)
-    run_dir, mon = harness.open_run(ctx)
-    srv = Ga3cServer(cfg, _learner(cfg, spec), mon, len(agents))
-    harness.attach_checkpoints(ctx, mon, {"learner": srv.learner},
-                               (srv.learner.model, builders.policy_meta(cfg, spec)))
-    mon.extra = srv.window
-    replies = {a: rep_s.new() for a in agents}
-    sending: dict[int, Request | None] = dict.fromkeys(agents)
-    timers = Timers()
-    srv.start()
-    nap = 2.5e-5
-    stop = None
-    try:
-        while stop is None:
-            srv.check()
-            moved = 0
-            with timers("comm"):
-                for p in requests.ready():  # requests -> prediction queue (bounded)
-                    if srv.prediction_q.full():
-                        break
-                    req = requests.poll(p)
-                    srv.prediction_q.put_nowait((p, int(req["seq"]), req["obs"].copy(),
-                                                 time.perf_counter()))
-                    requests.release(p)
-                    requests.advance(p)  # fairness when the queue fills before all are in
-                    moved += 1
-                while True:  # replies -> agents
-                    try:
-                        agent, seq, a, lg, v, version, batch_id, size = srv.reply_q.get_nowait()
-                    except queue.Empty:
-                        break
-                    if sending[agent] is not None:
-                        t.wait(sending[agent])
-                    rep = replies[agent]
-                    rep["actions"][:], rep["logits"][:], rep["values"][:] = a, lg, v
-                    rep["seq"][...], rep["version"][...] = seq, version
-                    rep["batch"][...], rep["batch_size"][...] = batch_id, size
-                    sending[agent] = t.isend(rep.buffer, agent, harness.TAG_INFER_REPLY,
-                                             "prediction reply")
-                    moved += 1
-                for p in unrolls.ready():  # unrolls -> training queue (bounded)
-                    if srv.training_q.full():
-                        break
-                    msg = u_schema.new()
-                    msg.copy_from(unrolls.poll(p))
-                    unrolls.release(p)
-                    with srv.mon_lock:
-                        n = int(msg["ep_count"])
-                        mon.add_episodes(msg["ep_returns"][:n])
-                        mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
-                    srv.training_q.put_nowait(msg)
-                    unrolls.advance(p)
-                    moved += 1
-            srv.sample_queues()
-            with srv.mon_lock:
-                c = t.counters.totals()
-                mon.maybe_log(c["bytes_sent"], c["bytes_recv"])
-                stop = mon.check_stop()
-            if moved:
-                nap = 2.5e-5
-            else:
-                srv.wake.wait(nap)  # a predictor's replies end the nap at once
-                srv.wake.clear()
-                nap = min(1e-4, nap * 2)
-    finally:
-        srv.shutdown()
-    srv.check()
-    alive = [th.name for th in srv.threads if th.is_alive()]
-    if alive:
-        raise RuntimeError(f"GA3C threads did not stop within 30 s: {', '.join(alive)}")
+    with harness.root(ctx, agents, digests) as run:
+        mon = run.mon
+        srv = Ga3cServer(cfg, _learner(cfg, spec), mon, len(agents))
+        run.attach({"learner": srv.learner}, (srv.learner.model, builders.policy_meta(cfg, spec)))
+        mon.extra = srv.window
+        replies = {a: rep_s.new() for a in agents}
+        sending: dict[int, Request | None] = dict.fromkeys(agents)
+        timers = Timers()
+        srv.start()
+        nap = 2.5e-5
+        try:
+            while not run.stopped:
+                srv.check()
+                moved = 0
+                with timers("comm"):
+                    for p in requests.ready():  # requests -> prediction queue (bounded)
+                        if srv.prediction_q.full():
+                            break
+                        req = requests.poll(p)
+                        srv.prediction_q.put_nowait((p, int(req["seq"]), req["obs"].copy(),
+                                                     time.perf_counter()))
+                        requests.release(p)
+                        requests.advance(p)  # fairness when the queue fills before all are in
+                        moved += 1
+                    while True:  # replies -> agents
+                        try:
+                            agent, seq, a, lg, v, version, batch_id, size = \
+                                srv.reply_q.get_nowait()
+                        except queue.Empty:
+                            break
+                        if sending[agent] is not None:
+                            t.wait(sending[agent])
+                        rep = replies[agent]
+                        rep["actions"][:], rep["logits"][:], rep["values"][:] = a, lg, v
+                        rep["seq"][...], rep["version"][...] = seq, version
+                        rep["batch"][...], rep["batch_size"][...] = batch_id, size
+                        sending[agent] = t.isend(rep.buffer, agent, harness.TAG_INFER_REPLY,
+                                                 "prediction reply")
+                        moved += 1
+                    for p in unrolls.ready():  # unrolls -> training queue (bounded)
+                        if srv.training_q.full():
+                            break
+                        msg = u_schema.new()
+                        msg.copy_from(unrolls.poll(p))
+                        unrolls.release(p)
+                        with srv.mon_lock:
+                            n = int(msg["ep_count"])
+                            mon.add_episodes(msg["ep_returns"][:n])
+                            mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
+                        srv.training_q.put_nowait(msg)
+                        unrolls.advance(p)
+                        moved += 1
+                srv.sample_queues()
+                with srv.mon_lock:
+                    run.log()
+                    run.check_stop()
+                if moved:
+                    nap = 2.5e-5
+                else:
+                    srv.wake.wait(nap)  # a predictor's replies end the nap at once
+                    srv.wake.clear()
+                    nap = min(1e-4, nap * 2)
+        finally:
+            srv.shutdown()
+        srv.check()
+        alive = [th.name for th in srv.threads if th.is_alive()]
+        if alive:
+            raise RuntimeError(f"GA3C threads did not stop within 30 s: {', '.join(alive)}")
 
-    def drain() -> None:
-        for p in requests.ready():
-            requests.release(p)
-        for p in unrolls.ready():
-            unrolls.release(p)
+        def drain() -> None:
+            for p in requests.ready():
+                requests.release(p)
+            for p in unrolls.ready():
+                unrolls.release(p)
 
-    byes = harness.finish_root(ctx, control, agents, drain,
-                               outstanding=lambda: [t.wait(r) for r in sending.values() if r])
+        run.on_stop(drain, outstanding=lambda: [t.wait(r) for r in sending.values() if r])
     timers_0 = {"server": {"update": srv.learner.update_s, "inference": srv.stats.forward_s,
                            "comm": timers.s.get("comm", 0.0), "wait": t.wait_s}}
     extra = {"inference": {**srv.stats.summary(), "max_batch": cfg.max_batch,
                            "max_wait_us": cfg.max_wait_us, "predictors": cfg.predictors,
                            "trainers": cfg.trainers},
              "queues": srv.queue_summary()}
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=srv.learner.model,
-                              meta=builders.policy_meta(cfg, spec), updates=srv.learner.version,
-                              device=srv.learner.device, applied=APPLIED, timers=timers_0,
-                              byes=byes, extra=extra)
+    return run.finish(srv.learner.model, srv.learner.version, device=srv.learner.device,
+                      applied=APPLIED, timers=timers_0, extra=extra)
 
 
 def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
+    """An agent: ask the server for every step's actions, send it every unroll."""
     cfg, t = ctx.cfg, ctx.transport
-    root = 0
-    E = cfg.envs_per_actor
-    req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
-    u_schema = unroll_schema(spec, cfg.unroll_length, E)
-    control = ControlChannel(t, [root], harness.TAG_CONTROL)
-    harness.handshake_leaf(control, root, {"request": req_s.digest(), "reply": rep_s.digest(),
-                                           "unroll": u_schema.digest()}, cfg.startup_timeout)
-    lc = harness.LeafControl(control, root)
-    client = PolicyClient(t, root, req_s, rep_s, harness.TAG_INFER_REQUEST, harness.TAG_INFER_REPLY,
-                          new_run_id(ctx.rank), on_poll=lc.raise_if_stopped)
-    agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client,
-                              harness.actor_seed(cfg.seed, ctx.rank))
-    out = DoubleBuffer(t, u_schema, root, harness.TAG_UNROLL, "unroll")  # collect one, send one
-    try:
+    req_s, rep_s, u_schema, digests = _schemas(cfg, spec)
+    with harness.leaf(ctx, digests) as link:
+        client = PolicyClient(t, 0, req_s, rep_s, harness.TAG_INFER_REQUEST,
+                              harness.TAG_INFER_REPLY, new_run_id(ctx.rank),
+                              on_poll=link.raise_if_stopped)
+        agent = RemoteUnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, client,
+                                  harness.actor_seed(cfg.seed, ctx.rank))
+        out = DoubleBuffer(t, u_schema, 0, harness.TAG_UNROLL, "unroll")  # collect, send
+        link.on_stop(out.flush, stats=lambda: {
+            "timing": {"env": agent.env_s, "inference": agent.inference_s},
+            "env_steps": agent.env_steps, "episodes": agent.episodes})
         while True:
-            lc.raise_if_stopped()
-            agent.collect(out.next(on_poll=lc.raise_if_stopped))
+            link.raise_if_stopped()
+            agent.collect(out.next(on_poll=link.raise_if_stopped))
             out.send()
-    except harness.StopRequested:
-        pass
-    lc.stopped = True
-    out.flush()
-    stats = harness.leaf_stats(t, {"env": agent.env_s, "inference": agent.inference_s},
-                               env_steps=agent.env_steps, episodes=agent.episodes)
-    harness.finish_leaf(ctx, control, lc, root, stats, drain=lambda: None)
     agent.close()
 
 
