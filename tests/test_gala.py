@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from archzoo.architectures.gala import neighbour_distance, ring_neighbours
+from archzoo.topology.ring import neighbour_distance, ring_neighbours
 from tests.mp import describe, run_mpi
 from tests.runs import RANDOM_RETURN, best_return, cli, filled, load_run, solve_either_seed
 

@@ -14,7 +14,8 @@ to stop. ``--actors 0`` (or 1) is one agent with no transport.
 
 Reported (metrics.csv): every agent's A2C loss terms (the others' ride with their episode
 reports) and, at each gossip round, rank 0's consensus distance: the L2 distance between
-its parameters and the mean of its ring neighbours' (:func:`neighbour_distance`).
+its parameters and the mean of its ring neighbours' (:func:`neighbour_distance`, in
+archzoo/topology/ring.py).
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import torch
 
 from actors.segment import SegmentActor
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel
 from archzoo.config import GalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.nets import get_flat, num_params, set_flat, set_flat_grad
 from archzoo.runlog import Monitor, Timers
 from archzoo.topology.factory import make_topology
+from archzoo.topology.ring import NeighbourDistances, consensus_distance
 from archzoo.topology.star import params_schema
 from learners.a2c import a2c_gradient
 
@@ -45,7 +46,7 @@ class Agent:
 
     def __init__(self, ctx: RankContext, spec: EnvSpec) -> None:
         cfg: GalaConfig = ctx.cfg
-        self.cfg = cfg
+        self.cfg, self.stop_flag = cfg, np.zeros(1, np.float64)  # rank 0's decision, shared
         self.model = builders.actor_critic(cfg, spec)  # every agent: the same parameters
         self.opt = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr, alpha=0.99,
                                        eps=1e-5)
@@ -53,12 +54,10 @@ class Agent:
         self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
                                   harness.actor_seed(cfg.seed, ctx.rank))
         self.flat = np.zeros(num_params(self.model), np.float32)
-        self.timers = Timers()
-        self.updates = 0
-        self.steps_last = 0
-        self.first_step_time = time.time()
+        self.timers, self.first_step_time = Timers(), time.time()
+        self.updates = self.steps_last = 0
         self.stats: dict[str, float] = {}  # the last update's (learners/a2c.py), with lr
-        self.distances: list[float] = []  # measured consensus distances not yet logged
+        self.distances = NeighbourDistances()  # rank 0's, for metrics.csv
 
     def step(self) -> np.ndarray:
         """One segment and one local A2C update; returns the finished episodes' returns."""
@@ -72,10 +71,11 @@ class Agent:
         self.steps_last = seg.num_steps
         return seg.ep_returns
 
-    def gossip(self, ring, stop_flag: np.ndarray, root: int, measure: bool = False) -> bool:
+    def gossip(self, ring, stop: bool = False, measure: bool = False) -> bool:
         """Every ``--gossip-every`` updates: average with the neighbours (GALA Algorithm 1,
-        line 8) and learn rank 0's stop decision. True when the run stops. ``measure``:
-        keep the round's :func:`neighbour_distance` in ``distances``."""
+        line 8) and learn rank 0's stop decision (``stop``, there). True when the run stops.
+        ``measure``: keep the round's :func:`neighbour_distance` in ``distances``."""
+        self.stop_flag[0] = 1.0 if stop else 0.0
         if self.updates % self.cfg.gossip_every:
             return False
         with self.timers("comm"):
@@ -83,17 +83,10 @@ class Agent:
             before = self.flat.copy() if measure else None
             ring.gossip_average(self.flat)
             set_flat(self.model, self.flat)
-            ring.broadcast(stop_flag, root)
-        if before is not None and ring.size > 1:
-            self.distances.append(neighbour_distance(before, self.flat,
-                                                     ring_neighbours(ring.size)))
-        return bool(stop_flag[0])
-
-    def window(self) -> dict[str, float | None]:
-        """The metrics row's ``consensus_distance``: the mean over the rounds since the
-        last row."""
-        d, self.distances = self.distances, []
-        return {"consensus_distance": round(float(np.mean(d)), 6) if d else None}
+            ring.broadcast(self.stop_flag, 0)
+        if before is not None:
+            self.distances.add(before, self.flat, ring.size)
+        return bool(self.stop_flag[0])
 
     # -- checkpoints: rank 0's agent --------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -123,43 +116,15 @@ class Agent:
                 "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s if t else 0.0}
 
 
-def ring_neighbours(n: int) -> int:
-    """How many distinct neighbours an agent has on a ring of ``n``: 2, or 1 for two agents,
-    or none alone."""
-    return min(2, n - 1)
-
-
-def neighbour_distance(before: np.ndarray, after: np.ndarray, neighbours: int) -> float:
-    """‖x − m‖₂: the L2 distance between an agent's parameters x (``before`` a gossip round)
-    and the mean m of its ``neighbours`` ring neighbours' x_j, taken from the round's
-    average x' = (x + Σ_j x_j)/(k + 1) (``after``; k = ``neighbours``) with no other message:
-    x − m = (k + 1)/k · (x − x'). Exact up to the float32 rounding of x'."""
-    if neighbours < 1:
-        raise ValueError(f"neighbours must be >= 1, got {neighbours}")
-    diff = np.asarray(before, np.float64) - np.asarray(after, np.float64)
-    return float((neighbours + 1) / neighbours * np.linalg.norm(diff))
-
-
-def consensus_distance(ring, model: torch.nn.Module) -> float | None:
-    """At the end, on rank 0: max_i ‖x_i − x̄‖ / ‖x̄‖ over the agents' parameters x_i (GALA's
-    consensus distance; after a gossip round on a ring of 2 or 3 agents it is 0 up to
-    rounding, since every agent then holds the mean). Collective: every agent calls it."""
-    x = np.zeros(num_params(model), np.float32)
-    get_flat(model, x)
-    xs = ring.gather(x, 0)
-    if xs is None:
-        return None
-    mean = xs.astype(np.float64).mean(0)
-    return float(np.linalg.norm(xs - mean, axis=1).max() / max(np.linalg.norm(mean), 1e-12))
-
-
 def run(ctx: RankContext) -> dict[str, Any] | None:
     spec = builders.env_spec(ctx.cfg)
+    agent = Agent(ctx, spec)
     if ctx.transport is None:
-        return run_single(ctx, spec)
+        return run_single(ctx, spec, agent)
+    digests = {"params": params_schema(num_params(agent.model)).digest()}
     if ctx.rank == 0:
-        return run_deciding_agent(ctx, spec)
-    run_agent(ctx, spec)
+        return run_deciding_agent(ctx, spec, agent, digests)
+    run_agent(ctx, agent, digests)
     return None
 
 
@@ -170,88 +135,64 @@ def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
     mon.updates = agent.updates
 
 
-def _finish(ctx: RankContext, spec: EnvSpec, run_dir, mon: Monitor, stop: str | None,
-            agent: Agent, timing: dict[str, float], byes: dict[int, Any],
-            rounds: int, consensus: float | None = None) -> dict[str, Any]:
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=agent.model,
-                              meta=builders.policy_meta(ctx.cfg, spec), updates=agent.updates,
-                              topology="ring", applied=APPLIED, timers={"agent0": timing},
-                              byes=byes, role="agent",
-                              extra={"agents": ctx.world_size, "gossip_rounds": rounds,
-                                     "consensus_distance": consensus})
+def _summary(ctx: RankContext, agent: Agent, timing: dict[str, float], rounds: int,
+             consensus: float | None = None) -> dict[str, Any]:
+    """What summary.json and policy.pt hold of GALA (``finish_run``'s keywords)."""
+    return {"policy": agent.model, "updates": agent.updates, "timers": {"agent0": timing},
+            "topology": "ring", "applied": APPLIED, "role": "agent",
+            "extra": {"agents": ctx.world_size, "gossip_rounds": rounds,
+                      "consensus_distance": consensus}}
 
 
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single(ctx: RankContext, spec: EnvSpec, agent: Agent) -> dict[str, Any]:
     """One agent, no gossip: the A2C baseline."""
-    agent = Agent(ctx, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"agent": agent},
-                                    policy=(agent.model, builders.policy_meta(ctx.cfg, spec)))
+    meta = builders.policy_meta(ctx.cfg, spec)
+    run_dir, mon = harness.open_run(ctx, parts={"agent": agent}, policy=(agent.model, meta))
     stop = None
     while stop is None:
         _feed(mon, agent, agent.step())
         mon.maybe_log()
         stop = mon.check_stop()
-    return _finish(ctx, spec, run_dir, mon, stop, agent, agent.timing(None), {}, 0)
+    return harness.finish_run(ctx, run_dir, mon, stop, meta=meta,
+                              **_summary(ctx, agent, agent.timing(None), 0))
 
 
-def _handshake(ctx: RankContext, spec: EnvSpec, control: ControlChannel, leaves: list[int]):
-    model = builders.actor_critic(ctx.cfg, spec)
-    digests = {"params": params_schema(num_params(model)).digest()}
-    if ctx.rank == 0:
-        harness.handshake_root(control, leaves, digests, ctx.cfg.startup_timeout)
-    else:
-        harness.handshake_leaf(control, 0, digests, ctx.cfg.startup_timeout)
-    return make_topology("ring", ctx.transport, tag=harness.TAG_TOPOLOGY)
-
-
-def run_deciding_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_deciding_agent(ctx: RankContext, spec: EnvSpec, agent: Agent,
+                       digests: dict[str, str]) -> dict[str, Any]:
     """Rank 0: an agent that also folds the others' statistics into the learning curve."""
     t = ctx.transport
-    leaves = list(range(1, ctx.world_size))
-    control = ControlChannel(t, leaves, harness.TAG_CONTROL)
-    ring = _handshake(ctx, spec, control, leaves)
-    agent = Agent(ctx, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"agent": agent},
-                                    policy=(agent.model, builders.policy_meta(ctx.cfg, spec)))
-    if ctx.cfg.resume is not None:
-        agent.share_resumed(t)
-    mon.extra = agent.window
-    stop_flag = np.zeros(1, np.float64)
-    while True:
-        _feed(mon, agent, agent.step())
-        for _, msg in control.poll():
-            harness.absorb_stats(mon, msg, agent.updates)
-        mon.maybe_log(*harness.byte_totals(t))
-        stop = mon.check_stop()
-        stop_flag[0] = 1.0 if stop is not None else 0.0
-        if agent.gossip(ring, stop_flag, 0, measure=True):
-            break
-    rounds = ring.rounds
-    consensus = consensus_distance(ring, agent.model)
-    timing = agent.timing(t)
-    byes = harness.finish_root(ctx, control, leaves, lambda: None, lambda: None)
-    return _finish(ctx, spec, run_dir, mon, stop, agent, timing, byes, rounds, consensus)
+    with harness.root(ctx, list(range(1, ctx.world_size)), digests, parts={"agent": agent},
+                      policy=(agent.model, builders.policy_meta(ctx.cfg, spec))) as run:
+        ring = make_topology("ring", t, tag=harness.TAG_TOPOLOGY)
+        if ctx.cfg.resume is not None:
+            agent.share_resumed(t)
+        run.mon.extra = agent.distances.window
+        while True:
+            _feed(run.mon, agent, agent.step())
+            run.absorb(agent.updates)
+            run.log()
+            if agent.gossip(ring, run.check_stop() is not None, measure=True):
+                break
+        rounds = ring.rounds
+        get_flat(agent.model, agent.flat)  # every agent's parameters, gathered on rank 0
+        consensus, timing = consensus_distance(ring, agent.flat), agent.timing(t)
+    return run.finish(**_summary(ctx, agent, timing, rounds, consensus))
 
 
-def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
+def run_agent(ctx: RankContext, agent: Agent, digests: dict[str, str]) -> None:
     """Ranks 1..N−1: an agent that reports its episodes to rank 0."""
     t = ctx.transport
-    control = ControlChannel(t, [0], harness.TAG_CONTROL)
-    ring = _handshake(ctx, spec, control, [])
-    lc = harness.LeafControl(control, 0)
-    agent = Agent(ctx, spec)
-    if ctx.cfg.resume is not None:
-        agent.share_resumed(t)
-    reporter = harness.StatsReporter(control, 0)
-    stop_flag = np.zeros(1, np.float64)
-    while True:
-        reporter.add(agent.step())
-        reporter.add_learner(agent.stats)
-        reporter.maybe_report(agent.actor.env_steps, agent.updates, agent.first_step_time)
-        if agent.gossip(ring, stop_flag, 0):
-            break
-    consensus_distance(ring, agent.model)
-    timing = agent.timing(t)
-    harness.finish_leaf(ctx, control, lc, 0, {"timing": timing, "bytes": t.counters.totals(),
-                                              "updates": agent.updates}, drain=lambda: None)
-
+    with harness.leaf(ctx, digests) as link:
+        ring = make_topology("ring", t, tag=harness.TAG_TOPOLOGY)
+        if ctx.cfg.resume is not None:
+            agent.share_resumed(t)
+        link.on_stop(stats=lambda: {"timing": agent.timing(t), "updates": agent.updates})
+        while True:
+            link.reporter.add(agent.step())
+            link.reporter.add_learner(agent.stats)
+            link.reporter.maybe_report(agent.actor.env_steps, agent.updates,
+                                       agent.first_step_time)
+            if agent.gossip(ring):
+                break
+        get_flat(agent.model, agent.flat)
+        consensus_distance(ring, agent.flat)

@@ -116,3 +116,52 @@ class RingTopology(Topology):
         bl, br = np.empty_like(flat), np.empty_like(flat)
         self._step("gossip", recvs=[(bl, left), (br, right)], sends=[(flat, left), (flat, right)])
         flat[...] = (bl + flat + br) / 3
+
+
+# -- GALA's measures of agreement (archzoo/architectures/gala.py) --------------------------
+
+
+def ring_neighbours(n: int) -> int:
+    """How many distinct neighbours an agent has on a ring of ``n``: 2, or 1 for two agents,
+    or none alone."""
+    return min(2, n - 1)
+
+
+def neighbour_distance(before: np.ndarray, after: np.ndarray, neighbours: int) -> float:
+    """‖x − m‖₂: the L2 distance between an agent's parameters x (``before`` a gossip round)
+    and the mean m of its ``neighbours`` ring neighbours' x_j, taken from the round's
+    average x' = (x + Σ_j x_j)/(k + 1) (``after``; k = ``neighbours``) with no other message:
+    x − m = (k + 1)/k · (x − x'). Exact up to the float32 rounding of x'."""
+    if neighbours < 1:
+        raise ValueError(f"neighbours must be >= 1, got {neighbours}")
+    diff = np.asarray(before, np.float64) - np.asarray(after, np.float64)
+    return float((neighbours + 1) / neighbours * np.linalg.norm(diff))
+
+
+def consensus_distance(ring: Topology, x: np.ndarray) -> float | None:
+    """On rank 0: max_i ‖x_i − x̄‖ / ‖x̄‖ over every rank's ``x`` (GALA's consensus distance
+    of the agents' parameters; after a gossip round on a ring of 2 or 3 it is 0 up to
+    rounding, since every rank then holds the mean); None elsewhere. Collective: every rank
+    calls it."""
+    xs = ring.gather(x, 0)
+    if xs is None:
+        return None
+    mean = xs.astype(np.float64).mean(0)
+    return float(np.linalg.norm(xs - mean, axis=1).max() / max(np.linalg.norm(mean), 1e-12))
+
+
+class NeighbourDistances:
+    """A rank's :func:`neighbour_distance` at each gossip round it measures, for the metrics
+    row's ``consensus_distance`` (:meth:`window`: their mean since the last row)."""
+
+    def __init__(self) -> None:
+        self.rounds: list[float] = []
+
+    def add(self, before: np.ndarray, after: np.ndarray, size: int) -> None:
+        """One round on a ring of ``size``: this rank's parameters ``before`` and ``after``."""
+        if size > 1:
+            self.rounds.append(neighbour_distance(before, after, ring_neighbours(size)))
+
+    def window(self) -> dict[str, float | None]:
+        d, self.rounds = self.rounds, []
+        return {"consensus_distance": round(float(np.mean(d)), 6) if d else None}
