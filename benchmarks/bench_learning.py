@@ -25,6 +25,7 @@ failed run is recorded with its error line and the grid goes on.
     python benchmarks/bench_learning.py --archs impala apex --games MinAtar/Breakout-v1 \\
         --minutes 10 --write-docs docs/results.md    # tables + docs/figures/learning-*.png
     python benchmarks/bench_learning.py --dry-run    # the commands, nothing run
+    python benchmarks/bench_learning.py --report-only --write-docs docs/results.md
 """
 
 from __future__ import annotations
@@ -80,16 +81,22 @@ class Setup:
 def make_setups(archs: Iterable[str], reference: bool, variants: Iterable[str] = (),
                 own_baselines: bool = False, variants_only: bool = False) -> list[Setup]:
     """Each architecture with ``--actors 2``, each of those again per variant ("NAME=FLAGS":
-    more flags, e.g. "clip=--clip-ratio 0.2"), then the single-process reference. With
+    more flags, e.g. "clip=--clip-ratio 0.2"; "ARCH:NAME=FLAGS" for one architecture only),
+    then the single-process reference. With
     ``own_baselines`` every such setup also runs as one process (``--actors 0``, same preset
     and flags), the baseline it is judged against; ``variants_only`` leaves out the presets
     as they are."""
-    families = [("", ())] * (not variants_only) + [(f", {n}", tuple(shlex.split(f)))
-                             for n, _, f in (v.partition("=") for v in variants)]
+    families: list[tuple[str, tuple[str, ...], str | None]] = [("", (), None)] * (
+        not variants_only)
+    for name, _, flags in (v.partition("=") for v in variants):
+        only, _, name = name.rpartition(":")
+        families.append((f", {name}", tuple(shlex.split(flags)), only or None))
     reference_setup = Setup(REFERENCE, "impala", ("--actors", "0"))
     out = []
-    for suffix, flags in families:
+    for suffix, flags, only in families:
         for a in archs:
+            if only not in (None, a):
+                continue
             base = (reference_setup if (a, flags) == ("impala", ()) else
                     Setup(f"{a} (1 process{suffix})", a, (*flags, "--actors", "0")))
             out.append(Setup(f"{a} ({ACTORS} actors{suffix})", a,
@@ -462,7 +469,8 @@ def grid_runs(args: argparse.Namespace, setups: list[Setup], data: dict[str, Any
     out: dict[str, list[dict]] = {}
     for setup in setups:
         runs = [data["runs"].get(cell_key(setup.name, game, s, args.minutes)) for s in args.seeds]
-        out[setup.name] = [r for r in runs if r is not None]
+        if any(r is not None for r in runs):  # a setup never run is left out of the report
+            out[setup.name] = [r for r in runs if r is not None]
     return out
 
 
@@ -538,6 +546,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--write-docs", type=Path, default=None, metavar="PATH",
                    help="write the markdown to PATH, figures to PATH's dir/figures/")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: tables and figures from the kept cells alone")
     return p.parse_args(argv)
 
 
@@ -546,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     setups = make_setups(args.archs, not args.no_reference, args.variant, args.own_baselines,
                          args.variants_only)
     data = load_results(args.results)
-    run_grid(args, setups, data)
+    if not args.report_only:
+        run_grid(args, setups, data)
     if args.dry_run:
         return 0
     rand = random_means(args.games, data, args.results)
