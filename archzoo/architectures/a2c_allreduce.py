@@ -31,7 +31,6 @@ import numpy as np
 
 from actors.segment import SegmentActor
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.nets import get_flat, num_params, set_flat
@@ -139,75 +138,58 @@ class Worker:
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     spec = builders.env_spec(ctx.cfg)
-    t, cfg = ctx.transport, ctx.cfg
-    leaves = list(range(1, ctx.world_size))
-    control = ControlChannel(t, leaves if ctx.rank == 0 else [0], harness.TAG_CONTROL)
-    digests = {"params": params_schema(num_params(builders.actor_critic(cfg, spec))).digest()}
-    if ctx.rank == 0:
-        harness.handshake_root(control, leaves, digests, cfg.startup_timeout)
-    else:
-        harness.handshake_leaf(control, 0, digests, cfg.startup_timeout)
     worker = Worker(ctx, spec)
+    digests = {"params": params_schema(num_params(worker.model)).digest()}
     if ctx.rank == 0:
-        return run_deciding(ctx, spec, worker, control, leaves)
-    run_other(ctx, worker, control)
+        return run_deciding(ctx, spec, worker, digests)
+    run_other(ctx, worker, digests)
     return None
 
 
-def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker, control: ControlChannel,
-                 leaves: list[int]) -> dict[str, Any]:
+def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker,
+                 digests: dict[str, str]) -> dict[str, Any]:
     """Rank 0: a worker that also keeps the learning curve and decides the stop."""
     t, cfg = ctx.transport, ctx.cfg
-    meta = builders.policy_meta(cfg, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"worker": worker}, policy=(worker.model, meta))
-    if cfg.resume is not None:
-        worker.share_resumed(t)
-    stop = None
-    while True:
-        returns, steps, stopped = worker.round(stop is not None)
-        if stopped:
-            break
-        mon.add_steps(steps * worker.workers, worker.first_step_time)  # every rank's segment
-        mon.add_episodes(returns)
-        mon.add_learner_stats(worker.stats)
-        for _, msg in control.poll():
-            harness.absorb_stats(mon, msg, worker.updates)
-        mon.updates = worker.updates
-        mon.maybe_log(*harness.byte_totals(t))
-        stop = mon.check_stop()
-    rounds = worker.topo.rounds
-    timing = worker.timing(t)
-    byes = harness.finish_root(ctx, control, leaves, lambda: None, lambda: None)
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=worker.model, meta=meta,
-                              updates=worker.updates, topology=cfg.topology,
-                              applied=applied(cfg.topology, cfg.fanout),
-                              timers={"worker0": timing}, byes=byes, role="worker",
-                              extra={"workers": worker.workers, "all_reduce_rounds": rounds,
-                                     "parameter_server": None,
-                                     "params_crc32_rank0": worker.crc32()})
+    with harness.root(ctx, list(range(1, ctx.world_size)), digests, parts={"worker": worker},
+                      policy=(worker.model, builders.policy_meta(cfg, spec))) as run:
+        if cfg.resume is not None:
+            worker.share_resumed(t)
+        mon = run.mon
+        while True:
+            returns, steps, stopped = worker.round(run.stopped)
+            if stopped:
+                break
+            mon.add_steps(steps * worker.workers, worker.first_step_time)  # every rank's
+            mon.add_episodes(returns)
+            mon.add_learner_stats(worker.stats)
+            run.absorb(worker.updates)
+            mon.updates = worker.updates
+            run.log()
+            run.check_stop()
+        rounds, timing = worker.topo.rounds, worker.timing(t)
+    return run.finish(worker.model, worker.updates, topology=cfg.topology,
+                      applied=applied(cfg.topology, cfg.fanout), timers={"worker0": timing},
+                      role="worker", extra={"workers": worker.workers, "all_reduce_rounds": rounds,
+                                            "parameter_server": None,
+                                            "params_crc32_rank0": worker.crc32()})
 
 
-def run_other(ctx: RankContext, worker: Worker, control: ControlChannel) -> None:
+def run_other(ctx: RankContext, worker: Worker, digests: dict[str, str]) -> None:
     """Ranks 1..W−1: a worker that reports its episodes to rank 0 (rank 0 counts the steps
     of every round itself)."""
-    lc = harness.LeafControl(control, 0)
-    reporter = harness.StatsReporter(control, 0)
-    if ctx.cfg.resume is not None:
-        worker.share_resumed(ctx.transport)
-    while True:
-        returns, _, stopped = worker.round(False)
-        if stopped:
-            break
-        reporter.add(returns)
-        reporter.add_learner(worker.stats)
-        reporter.maybe_report(0, worker.updates, worker.first_step_time)
-    timing = worker.timing(ctx.transport)
-    harness.finish_leaf(ctx, control, lc, 0, {"timing": timing,
-                                              "bytes": ctx.transport.counters.totals(),
-                                              "updates": worker.updates,
-                                              "env_steps": worker.env_steps,
-                                              "params": {"crc32": worker.crc32()}},
-                        drain=lambda: None)
+    with harness.leaf(ctx, digests) as link:
+        if ctx.cfg.resume is not None:
+            worker.share_resumed(ctx.transport)
+        link.on_stop(stats=lambda: {"timing": worker.timing(ctx.transport),
+                                    "updates": worker.updates, "env_steps": worker.env_steps,
+                                    "params": {"crc32": worker.crc32()}})
+        while True:
+            returns, _, stopped = worker.round(False)
+            if stopped:
+                break
+            link.reporter.add(returns)
+            link.reporter.add_learner(worker.stats)
+            link.reporter.maybe_report(0, worker.updates, worker.first_step_time)
 
 
 def _zeros(n: int):
