@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -167,8 +168,9 @@ class Recorder:
     """``--record-video N`` on the deciding rank (see the module's docstring).
 
     ``policy()`` returns the current (model, policy.pt metadata), or None where the
-    deciding rank holds no whole policy while it runs (SEED RL's and GA3C's servers, a
-    sharded parameter server): then only the end-of-run video is made."""
+    deciding rank holds no whole policy while it runs (a parameter server sharded over
+    several ranks): then only the end-of-run video is made. A video that fails or is cut
+    short leaves no file; summary.json's ``video_error`` says why."""
 
     def __init__(self, run_dir: Path, interval_s: float, seed: int,
                  policy: Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
@@ -176,6 +178,8 @@ class Recorder:
         self.interval, self.seed, self.policy = interval_s, seed, policy
         self.next_t = time.monotonic() + interval_s
         self.proc: subprocess.Popen | None = None
+        self.files: tuple[Path, Path] | None = None  # the background one's snapshot, video
+        self.errors: list[str] = []
         self.said_none = False
 
     def maybe_record(self, env_steps: int) -> None:
@@ -187,6 +191,7 @@ class Recorder:
         self.next_t = now + self.interval
         if self.proc is not None and self.proc.poll() is None:
             return  # still filming the last one: skip this one
+        self._reap()
         got = self.policy()
         if got is None:
             if not self.said_none:
@@ -201,28 +206,72 @@ class Recorder:
 
         model, meta = got
         self.dir.mkdir(parents=True, exist_ok=True)
-        snapshot = self.dir / f".step-{env_steps}.pt"
+        snapshot, out = self.dir / f".step-{env_steps}.pt", self.dir / f"step-{env_steps}.mp4"
         torch.save({"state_dict": cpu_state_dict(model), "meta": meta}, snapshot)
+        self.files = (snapshot, out)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "archzoo.video", str(snapshot),
-             str(self.dir / f"step-{env_steps}.mp4"), "--seed", str(self.seed),
-             "--nice", "10", "--remove-policy"], stdout=subprocess.DEVNULL)
+            [sys.executable, "-m", "archzoo.video", str(snapshot), str(out),
+             "--seed", str(self.seed), "--nice", "10", "--remove-policy"],
+            stdout=subprocess.DEVNULL)
+
+    def _reap(self, error: str | None = None) -> None:
+        """The background video has ended (or was stopped, ``error``): a failed one leaves
+        neither its snapshot nor its partial video, only an entry in ``errors``."""
+        if self.proc is None or self.files is None:
+            return
+        code = self.proc.returncode
+        if error is None and code:
+            error = f"exit code {code}"
+        if error is not None:
+            for f in self.files:
+                f.unlink(missing_ok=True)
+            self.errors.append(f"{self.files[1].name}: {error}")
+        self.proc, self.files = None, None
+
+    def _stop(self, timeout_s: float, error: str) -> None:
+        """Wait up to ``timeout_s`` for the background video, then end it."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=timeout_s)
+            self._reap()
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc.terminate()  # the child closes its video and deletes its snapshot
+        try:
+            self.proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reap(error)
+
+    def abort(self) -> None:
+        """A failed or stopped run: end the background video at once, leaving no partial
+        file (the run's summary lists only the videos already made)."""
+        self._stop(0, "stopped with the run")
 
     def finish(self, policy_file: Path, env_steps: int) -> dict[str, Any]:
         """The end of the run: wait for the background video, film the final policy;
-        summary.json's ``videos`` (the run directory's, oldest first), or
-        ``video_error``."""
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        summary.json's ``videos`` (the run directory's, oldest first), and
+        ``video_error`` if one failed."""
+        self._stop(120, "still filming after 120 s: killed")
+        out = self.dir / f"step-{env_steps}.mp4"
         try:
-            record_policy(policy_file, self.dir / f"step-{env_steps}.mp4", self.seed)
-        except Exception as e:  # noqa: BLE001 - a video must not fail a finished run
-            return {"videos": self.videos(), "video_error": f"{type(e).__name__}: {e}"}
-        return {"videos": self.videos()}
+            record_policy(policy_file, out, self.seed)
+        except BaseException as e:  # a video must not fail a finished run
+            out.unlink(missing_ok=True)
+            if not isinstance(e, Exception):
+                raise  # a stop signal: the caller gives up on videos
+            self.errors.append(f"{out.name}: {type(e).__name__}: {e}")
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json's ``videos`` and, if one failed, ``video_error``."""
+        s: dict[str, Any] = {"videos": self.videos()}
+        if self.errors:
+            s["video_error"] = "; ".join(self.errors)
+        return s
 
     def videos(self) -> list[str]:
         files = sorted(self.dir.glob("step-*.mp4"), key=lambda p: int(p.stem.split("-")[1]))
@@ -242,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.nice:
         os.nice(args.nice)
+    # stopped by the run (Recorder.abort): close the video and delete POLICY on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     import torch
 
     torch.set_num_threads(1)

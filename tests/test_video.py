@@ -92,3 +92,38 @@ def test_record_video_takes_seconds(capsys) -> None:
     assert main(["run", "impala", "--record-video", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--record-video must be >= 0" in err[0], err
+
+
+def test_record_video_stopped_by_sigterm(tmp_path: Path) -> None:
+    """A run stopped while a background video is filming ends it: no snapshot, no partial
+    video and no video process left; summary.json lists only the finished videos."""
+    import signal
+    import subprocess
+    import time
+
+    from runs import ARCHZOO, clean_env
+    from test_signals import _left
+
+    d = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*ARCHZOO, "run", "impala", "--env", "CartPole-v1", *TINY, "--log-interval", "0.2",
+         "--record-video", "1", "--total-steps", "100000000", "--run-dir", str(d)],
+        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        end = time.time() + 60
+        while not list((d / "videos").glob(".step-*.pt")):  # one is being filmed
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.time() < end, "no video started within 60 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert not _left(d), _left(d)
+    s = json.loads((d / "summary.json").read_text())
+    assert s["stop_reason"] == "signal: SIGTERM"
+    assert sorted(p.name for p in (d / "videos").iterdir()) == \
+        sorted(Path(v).name for v in s["videos"]), (s["videos"], s.get("video_error"))
+    for v in s["videos"]:
+        assert decoded(d / v)[0] >= 2, v

@@ -156,6 +156,8 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     run = _OPEN.pop()
     mon = run.mon
     mon.close()
+    if mon.videos is not None:  # no background video outlives the run
+        mon.videos.abort()
     wrote = []
     if mon.checkpointer is not None:
         mon.checkpointer.save()
@@ -164,6 +166,8 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     stop = f"error: {reason}" if error else reason
     summary = run_summary(run.ctx, mon, stop, cfg.topology or "star", "",
                           cfg.device, mon.updates, {}, _checkpoint_summary(mon))
+    if mon.videos is not None:
+        summary.update(mon.videos.summary())
     run.run_dir.write_summary(summary)
     wrote.append("summary.json")
     if policy is not None:
@@ -247,11 +251,19 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
                           device, updates, breakdown,
                           {**(extra or {}), **per_rank, **_checkpoint_summary(mon)})
     run_dir.save_policy(policy, meta)
-    if mon.videos is not None:  # after the summary's clock: filming is no part of the run
-        summary.update(mon.videos.finish(run_dir.path / "policy.pt", mon.env_steps))
     run_dir.write_summary(summary)
+    _OPEN.clear()  # the run is finished: a stop signal from now on rewrites nothing
+    if mon.videos is not None:  # after the summary's clock: filming is no part of the run
+        try:
+            summary.update(mon.videos.finish(run_dir.path / "policy.pt", mon.env_steps))
+        except BaseException:  # stopped while filming: keep only the videos made
+            mon.videos.abort()
+            mon.videos.errors.append("stopped while filming the final policy")
+            run_dir.write_summary({**summary, **mon.videos.summary()})
+            run_dir.close()
+            raise
+        run_dir.write_summary(summary)
     run_dir.close()
-    _OPEN.clear()
     return summary
 
 
