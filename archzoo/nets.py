@@ -26,6 +26,7 @@ larger than its last is taken as height × width × channels, as MinAtar's are).
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -292,6 +293,19 @@ class RecurrentActorCritic(nn.Module):
 def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """``model.state_dict()`` copied to the CPU: a snapshot that aliases no live tensor."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+class Locked:
+    """``model`` read under ``lock`` (the lock that threads stepping its optimiser hold, as
+    GA3C's trainers hold the learner's ``step_lock``): ``state_dict()`` is a CPU copy of
+    one version of it, never half an update. What a run registers as its policy."""
+
+    def __init__(self, model: nn.Module, lock: Any) -> None:
+        self.model, self.lock = model, lock
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        with self.lock:
+            return cpu_state_dict(self.model)
 
 
 def cpu_optimizer_state(opt: torch.optim.Optimizer) -> dict:

@@ -35,6 +35,7 @@ from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import Ga3cConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.nets import Locked
 from archzoo.runlog import Timers
 from learners.ga3c_server import Ga3cServer
 
@@ -72,7 +73,9 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     with harness.root(ctx, agents, digests) as run:
         mon = run.mon
         srv = Ga3cServer(cfg, _learner(cfg, spec), mon, len(agents))
-        run.attach({"learner": srv.learner}, (srv.learner.model, builders.policy_meta(cfg, spec)))
+        run.attach({"learner": srv.learner},  # the policy read under the trainers' lock
+                   (Locked(srv.learner.model, srv.learner.step_lock),
+                    builders.policy_meta(cfg, spec)))
         mon.extra = srv.window
         replies = {a: rep_s.new() for a in agents}
         sending: dict[int, Request | None] = dict.fromkeys(agents)
