@@ -74,7 +74,7 @@ class Worker:
         self.grad = np.zeros(n, np.float32)  # this rank's last gradient (clipped)
         self.updates = 0
         self.env_steps = 0
-        self.first_step_time = time.time()
+        self.first_step_time = 0.0  # stamped by the first round, after the handshake
         self.timers = Timers()
         self.stats: dict[str, float] = {}  # the last gradient's (learners/a2c.py), with lr
 
@@ -82,6 +82,7 @@ class Worker:
         """Collect a segment, all-reduce its gradient (with rank 0's ``stop``) and apply the
         mean. Returns (finished episodes' returns, env steps, whether the run stopped); a
         stopped round applies nothing."""
+        self.first_step_time = self.first_step_time or time.time()
         seg = self.actor.collect()
         self.env_steps += seg.num_steps
         with self.timers("gradient"):

@@ -54,13 +54,14 @@ class Agent:
         self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
                                   harness.actor_seed(cfg.seed, ctx.rank))
         self.flat = np.zeros(num_params(self.model), np.float32)
-        self.timers, self.first_step_time = Timers(), time.time()
+        self.timers, self.first_step_time = Timers(), 0.0  # stamped by the first step
         self.updates = self.steps_last = 0
         self.stats: dict[str, float] = {}  # the last update's (learners/a2c.py), with lr
         self.distances = NeighbourDistances()  # rank 0's, for metrics.csv
 
     def step(self) -> np.ndarray:
         """One segment and one local A2C update; returns the finished episodes' returns."""
+        self.first_step_time = self.first_step_time or time.time()  # after the handshake
         seg = self.actor.collect()
         with self.timers("update"):
             grad, stats = a2c_gradient(self.model, seg, self.a2c)
