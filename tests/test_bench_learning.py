@@ -85,7 +85,9 @@ def test_grid_tables_results_figures_and_kept_cells(tmp_path, fakes, capsys):
     apex = next(ln for ln in out.splitlines() if ln.startswith("| apex (2 actors) | 0 |"))
     assert "4.00 (eval 5.00)" in apex and "6.00 |" in apex and "3.00 (eval 4.00)" in apex
     assert "failed: error: something broke" in out
-    assert "| impala (2 actors) | 1/1 | 3.00 | 3.00 | 1.00 | 0.50 |" in out
+    # median final, own baseline and × own (blank: no --own-baselines), reference, ×, random
+    assert "| impala (2 actors) | 1/1 | 3.00 |  |  | 3.00 | 1.00 | 0.50 |" in out
+    assert "| apex (2 actors) | 1/1 | 4.00 |" in out  # ε-greedy: judged by the greedy eval
     assert (tmp_path / "docs" / "figures" / "learning-breakout.png").stat().st_size > 0
     page = docs.read_text()
     assert "bench_learning.py" in page and "CPU cores, torch" in page
@@ -112,6 +114,21 @@ def test_dry_run_runs_nothing(tmp_path, fakes, capsys):
     assert len(lines) == 5 * (len(bl.ARCHS) + 1) and fakes == []
     assert not (tmp_path / "r.json").exists()
     assert all("--total-steps 10000000000 --target-return 1e9 --quiet" in ln for ln in lines)
+
+
+def test_own_baselines_and_variants_for_one_architecture():
+    setups = bl.make_setups(["impala", "seed"], True, ["seed:clip=--clip-ratio 0.2"],
+                            own_baselines=True)
+    names = [s.name for s in setups]
+    assert names == ["impala (2 actors)", bl.REFERENCE, "seed (2 actors)", "seed (1 process)",
+                     "seed (2 actors, clip)", "seed (1 process, clip)"]
+    by = {s.name: s for s in setups}
+    assert by["impala (2 actors)"].baseline == bl.REFERENCE  # the same run, kept once
+    assert by["seed (2 actors, clip)"].baseline == "seed (1 process, clip)"
+    assert by["seed (1 process, clip)"].flags == ("--clip-ratio", "0.2", "--actors", "0")
+    only = bl.make_setups(["impala", "seed"], False, ["seed:clip=--clip-ratio 0.2"],
+                          variants_only=True)
+    assert [s.name for s in only] == ["seed (2 actors, clip)"]
 
 
 def test_value_at_and_collapse():
