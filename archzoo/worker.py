@@ -122,13 +122,15 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             transport.abort(code)
         sys.stdout.flush()
         sys.stderr.flush()
-        if transport.backend == "mpi" and code == 0 and not survive and \
-                not getattr(transport, "lost", None):
+        if transport.backend == "mpi" and code == 0 and not survive:
             # A plain mpiexec ends the job when a rank leaves without MPI_Finalize, so leave
             # properly, but with a deadline: MPI_Finalize ends in a PMI barrier of every rank
             # of the job, which never completes once any rank died (even one this rank
-            # never talked to). Under archzoo's own launcher (a job that outlives a dead
-            # rank) no rank finalizes: the stop protocol's final barrier met every live peer.
+            # never talked to). Not skipped when a peer looks gone: a peer that finalized
+            # and left first looks gone too, and leaving unfinalized then got the ranks
+            # still finishing killed. Under archzoo's own launcher (a job that outlives a
+            # dead rank) no rank finalizes: the stop protocol's final barrier met every
+            # live peer.
             transport.finalize(deadline_s=FINALIZE_S, code=code)
         os._exit(code)
     return code
