@@ -51,6 +51,16 @@ METRIC_COLUMNS = (
 )
 
 
+
+def accumulate_learner_stats(sums: dict[str, list], stats: dict[str, float]) -> None:
+    """Adds one update's statistics (those of :data:`LEARNER_STATS`) to ``sums``, a
+    ``name -> [sum, count]`` table from which means are taken."""
+    for k, v in stats.items():
+        if k in LEARNER_STATS:
+            acc = sums.setdefault(k, [0.0, 0])
+            acc[0] += float(v)
+            acc[1] += 1
+
 def git_sha() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -338,11 +348,7 @@ class Monitor:
 
     def add_learner_stats(self, stats: dict[str, float]) -> None:
         """One update's statistics (:data:`LEARNER_STATS`); rows show their means."""
-        for k, v in stats.items():
-            if k in LEARNER_STATS:
-                acc = self._learner_row.setdefault(k, [0.0, 0])
-                acc[0] += float(v)
-                acc[1] += 1
+        accumulate_learner_stats(self._learner_row, stats)
 
     def add_learner_sums(self, sums: dict[str, Any]) -> None:
         """Several updates' statistics at once, as ``name -> (sum, count)`` (what a rank

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from archzoo.comm import ControlChannel, Message
-from archzoo.runlog import LEARNER_STATS, Monitor
+from archzoo.runlog import Monitor, accumulate_learner_stats
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
 
@@ -83,11 +83,7 @@ class StatsReporter:
 
     def add_learner(self, stats: dict[str, float]) -> None:
         """One update's statistics (those of :data:`~archzoo.runlog.LEARNER_STATS`)."""
-        for k, v in stats.items():
-            if k in LEARNER_STATS:
-                acc = self.learner.setdefault(k, [0.0, 0])
-                acc[0] += float(v)
-                acc[1] += 1
+        accumulate_learner_stats(self.learner, stats)
 
     def maybe_report(self, env_steps: int, version: int | None, first_step_time: float | None,
                      max_episodes: int = 300) -> bool:
