@@ -27,10 +27,13 @@ class GreedyEvaluator:
         self.last_run = time.time()
 
     def run(self, act: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """Returns of one episode per env under ``act`` (observations -> actions)."""
+        """Returns of one episode per env under ``act`` (observations -> actions; one with a
+        ``reset(num_envs)`` method is reset first)."""
         obs, _ = self.envs.reset(seed=vector_seed(
             self.envs, env_seeds(self.seed + 7919 * self.rounds, self.episodes)))
         self.rounds += 1
+        if hasattr(act, "reset"):  # a recurrent policy: a fresh state per env
+            act.reset(self.episodes)
         ret = np.zeros(self.episodes)
         done = np.zeros(self.episodes, dtype=bool)
         while not done.all():

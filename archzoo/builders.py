@@ -11,22 +11,32 @@ from typing import Any
 
 import torch
 
+from actors.sequences import SequenceActor, sequence_fields
+from actors.transitions import TransitionActor
 from actors.unroll import unroll_schema
 from archzoo import envs
-from archzoo.config import A2CRunConfig, A3CConfig, ApexConfig, RunConfig, VTraceConfig
+from archzoo.config import (
+    A2CRunConfig,
+    A3CConfig,
+    ApexConfig,
+    R2D2Config,
+    RunConfig,
+    VTraceConfig,
+)
 from archzoo.envs import EnvSpec
 from archzoo.messages import Schema
 from archzoo.model_shapes import core_size
-from archzoo.nets import ActorCritic, RecurrentActorCritic
+from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
 from archzoo.topology.star import params_schema
 from learners.a2c import A2CConfig
 from learners.dqn import DQNConfig, DQNLearner, QNetwork
 from learners.ga3c import A3CUnrollLearner
+from learners.r2d2 import R2D2Learner, R2D2LossConfig
 from learners.vtrace import ImpalaLossConfig
 from learners.vtrace_learner import VTraceLearner
 from paramserver import make_optimizer
-from replay.memory import PrioritizedReplay, UniformReplay
-from replay.server import memory_fields, reply_schema, request_schema, transitions_schema
+from replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
+from replay.server import insert_schema, memory_fields, reply_schema, request_schema
 
 
 def env_spec(cfg: RunConfig) -> EnvSpec:
@@ -83,23 +93,58 @@ def ps_optimizer(cfg: A3CConfig) -> Any:
     return make_optimizer("adam", cfg.lr)
 
 
-def q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork:
+def q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork | RecurrentQNetwork:
+    """The Q-network (R2D2: the recurrent one), its initial parameters drawn from
+    ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
+    if isinstance(cfg, R2D2Config):
+        size, prev = core(cfg)
+        return RecurrentQNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model,
+                                 spec.obs_dtype, size, prev)
     return QNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.dueling, cfg.model,
                     spec.obs_dtype)
 
 
-def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner:
+def r2d2_loss(cfg: R2D2Config) -> R2D2LossConfig:
+    return R2D2LossConfig(gamma=cfg.gamma, n_step=cfg.n_step, burn_in=cfg.burn_in,
+                          eta=cfg.priority_eta, rescale_eps=cfg.rescale_eps)
+
+
+def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner | R2D2Learner:
+    """Ape-X's and Gorila's double-DQN learner, or R2D2's on sequences."""
+    if isinstance(cfg, R2D2Config):
+        return R2D2Learner(q_network(cfg, spec), r2d2_loss(cfg), cfg.lr, cfg.target_update,
+                           cfg.max_grad_norm, torch.device(cfg.device))
     dqn = DQNConfig(lr=cfg.lr, target_update_period=cfg.target_update,
                     max_grad_norm=cfg.max_grad_norm)
     return DQNLearner(q_network(cfg, spec), dqn, torch.device(cfg.device))
 
 
+def transition_actor(cfg: ApexConfig, spec: EnvSpec, model: Any, eps: float,
+                     seed: int) -> TransitionActor | SequenceActor:
+    """The ε-greedy actor: n-step transitions (Ape-X, Gorila) or sequences (R2D2)."""
+    if isinstance(cfg, R2D2Config):
+        return SequenceActor(spec, cfg.envs_per_actor, cfg.sequence_length,
+                             cfg.sequence_length - cfg.sequence_overlap, model, eps, seed,
+                             r2d2_loss(cfg))
+    return TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps, seed)
+
+
+def replay_items(cfg: ApexConfig, spec: EnvSpec) -> FieldSpec:
+    """What one replay item holds: an n-step transition, or R2D2's sequence."""
+    if isinstance(cfg, R2D2Config):
+        size, prev = core(cfg)
+        return sequence_fields(spec, cfg.sequence_length, size, prev)
+    return memory_fields(spec.obs_shape, spec.obs_dtype)
+
+
 def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> UniformReplay:
-    """Prioritized (Ape-X; Gorila with --prioritized) or uniform (Gorila's default) replay."""
-    fields = memory_fields(spec.obs_shape, spec.obs_dtype)
-    # image observations are kept as frames stored once (Atari: stacks of 4 along axis 0)
-    frames = (("obs", "next_obs"), 0 if spec.atari else None) if spec.image else None
+    """Prioritized (Ape-X, R2D2; Gorila with --prioritized) or uniform (Gorila's default)
+    replay."""
+    fields = replay_items(cfg, spec)
+    # images in transitions are kept as frames stored once (Atari: stacks of 4 along axis 0)
+    frames = (("obs", "next_obs"), 0 if spec.atari else None) \
+        if spec.image and not isinstance(cfg, R2D2Config) else None
     if not cfg.prioritized:
         return UniformReplay(capacity, fields, seed=seed, frames=frames)
     return PrioritizedReplay(capacity, fields, alpha=cfg.alpha, frames=frames,
@@ -107,16 +152,21 @@ def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> U
 
 
 def replay_digests(cfg: ApexConfig, spec: EnvSpec, n_params: int) -> dict[str, str]:
-    """Schema digests of the parameters, transitions and sample messages (start-up check)."""
+    """Schema digests of the parameters, inserts and sample messages (start-up check)."""
     return {"params": params_schema(n_params).digest(),
-            "transitions": transitions(cfg, spec).digest(),
+            "transitions": replay_inserts(cfg, spec).digest(),
             "request": request_schema(cfg.batch_size).digest(),
-            "reply": reply_schema(spec.obs_shape, cfg.batch_size, spec.obs_dtype).digest()}
+            "reply": reply_schema(replay_items(cfg, spec), cfg.batch_size).digest()}
 
 
-def transitions(cfg: ApexConfig, spec: EnvSpec) -> Schema:
-    """The actor->replay message: a batch of n-step transitions with initial priorities."""
-    return transitions_schema(spec.obs_shape, cfg.insert_capacity(), spec.obs_dtype)
+def insert_name(cfg: ApexConfig) -> str:
+    """What the actors' messages to replay carry: transitions or sequences."""
+    return "sequences" if isinstance(cfg, R2D2Config) else "transitions"
+
+
+def replay_inserts(cfg: ApexConfig, spec: EnvSpec) -> Schema:
+    """The actor->replay message: a batch of items with their initial priorities."""
+    return insert_schema(replay_items(cfg, spec), cfg.insert_capacity(), insert_name(cfg))
 
 
 def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:

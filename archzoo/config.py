@@ -316,6 +316,18 @@ class A2CRunConfig(RunConfig):
 # -- the architectures ----------------------------------------------------------------------
 
 
+def _prev_action_reward_opt() -> Any:
+    return opt(False, "--core lstm: feed the core the previous action (one-hot) and reward "
+               "too, as the IMPALA and R2D2 papers' agents", group="environment and model")
+
+
+def _check_core(cfg: Any, r: Rules) -> None:
+    try:
+        core_size(cfg.core, cfg.hidden)
+    except ValueError as e:
+        r.need(False, str(e))
+
+
 @dataclass(frozen=True)
 class ImpalaConfig(VTraceConfig):
     """IMPALA: rank 0 learns, ranks 1..N act."""
@@ -328,17 +340,12 @@ class ImpalaConfig(VTraceConfig):
                     "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
                     "paper's agent; its state resets at episode ends and each unroll carries "
                     "its initial state", group="environment and model")
-    core_prev_action_reward: bool = opt(False, "--core lstm: feed the core the previous "
-                                        "action (one-hot) and reward too, as the IMPALA "
-                                        "paper's agent", group="environment and model")
+    core_prev_action_reward: bool = _prev_action_reward_opt()
 
     def check(self, r: Rules) -> None:
         super().check(r)
         r.at_least(self, "max_inflight", 1)
-        try:
-            core_size(self.core, self.hidden)
-        except ValueError as e:
-            r.need(False, str(e))
+        _check_core(self, r)
         r.need(not self.core_prev_action_reward or self.core != "none",
                "--core-prev-action-reward feeds the recurrent core: add --core lstm")
         r.need(self.core == "none" or not self.record_video, f"--record-video with --core "
@@ -458,6 +465,56 @@ class ApexConfig(RunConfig):
             r.need(self.replay_shards <= self.actors,
                    f"--replay-shards {self.replay_shards} exceeds --actors {self.actors}: "
                    "every shard needs an actor")
+
+
+@dataclass(frozen=True)
+class R2D2Config(ApexConfig):
+    """R2D2: Ape-X's roles (rank 0 learns, then the replay shards, then the actors) on
+    sequences of a recurrent Q-network (Kapturowski et al. 2019)."""
+
+    core: str = opt("lstm", "the recurrent core: lstm[:SIZE], an LSTM of SIZE units "
+                    "(default --hidden)", group="environment and model")
+    core_prev_action_reward: bool = _prev_action_reward_opt()
+    sequence_length: int = opt(80, "steps per replayed sequence, burn-in included",
+                               group="R2D2")
+    sequence_overlap: int = opt(40, "steps adjacent sequences share (a new sequence every "
+                                "length − overlap steps)", group="R2D2")
+    burn_in: int = opt(40, "steps at a sequence's start that only unroll the network from the "
+                       "stored state (no loss)", group="R2D2")
+    priority_eta: float = opt(0.9, "η of the sequence priority η·max|δ| + (1 − η)·mean|δ|",
+                              group="R2D2")
+    rescale_eps: float = opt(1e-3, "ε of the value rescaling h(x) = sign(x)(√(|x|+1) − 1) + εx",
+                             group="R2D2")
+    n_step: int = opt(5, "n of the n-step return", group="learner")
+    gamma: float = opt(0.997, "discount γ", group="learner")
+    replay_capacity: int = opt(10_000, "sequences, all shards", group="replay")
+    learning_starts: int = opt(200, "sequences in replay before sampling starts",
+                               group="replay")
+    batch_size: int = opt(32, "learner batch (sequences)", group="learner")
+    actor_batch: int = opt(16, "sequences per actor->replay message", group="actors")
+    samples_per_insert: float = opt(8.0, "target samples per inserted sequence; sampling and "
+                                    "inserting wait to keep it (0 = no limit)", group="replay")
+    lr: float = opt(1e-3, "learning rate (Adam, ε 1e-3)", group="learner")
+    target_update: int = opt(250, "learner updates between target-network refreshes",
+                             group="learner")
+
+    def insert_capacity(self) -> int:
+        """Most sequences in one actor->replay message (each step may add one per env)."""
+        return self.actor_batch + self.envs_per_actor
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        _check_core(self, r)
+        r.need(self.core != "none", "r2d2 needs its recurrent core: --core lstm[:SIZE]")
+        r.at_least(self, "sequence_length", 2)
+        r.need(0 <= self.sequence_overlap < self.sequence_length,
+               f"--sequence-overlap must be in [0, --sequence-length {self.sequence_length}), "
+               f"got {self.sequence_overlap}")
+        r.need(0 <= self.burn_in < self.sequence_length,
+               f"--burn-in must be in [0, --sequence-length {self.sequence_length}): a "
+               f"sequence needs a step to learn from, got {self.burn_in}")
+        r.within(self, "priority_eta", 0.0, 1.0)
+        r.positive(self, "rescale_eps")
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ value, or Q-values). Torsos, chosen by ``--model``:
   action_space)``, mapping a float batch ``[B, *obs_shape]`` to features ``[B, F]``.
 
 ``--core lstm[:SIZE]`` puts an LSTM between the torso and the heads
-(:class:`RecurrentActorCritic`, the IMPALA paper's agent); without it the network is the
-feed-forward :class:`ActorCritic`.
+(:class:`RecurrentActorCritic`, the IMPALA paper's agent; :class:`RecurrentQNetwork`,
+R2D2's); without it the network is the feed-forward :class:`ActorCritic`.
 
 Observations reach the network in their own dtype; the torso makes them float on its
 device (÷255 for uint8 frames) and puts the channels first (an image whose first axis is
@@ -201,48 +201,35 @@ class ActorCritic(nn.Module):
         return self.policy(h), self.value(h).squeeze(-1)
 
 
-class RecurrentActorCritic(nn.Module):
-    """The IMPALA paper's agent (Espeholt et al. 2018, Fig. 3): a torso, an LSTM core
-    (Hochreiter & Schmidhuber 1997) and the two heads on the core's output.
+def dueling(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """Q = V + A − mean_a A: the dueling aggregation (Wang et al. 2016, eq. 9);
+    ``value`` [...], ``advantage`` [..., A]."""
+    return value.unsqueeze(-1) + advantage - advantage.mean(-1, keepdim=True)
+
+
+class RecurrentCore(nn.Module):
+    """A torso followed by an LSTM core (Hochreiter & Schmidhuber 1997): what the IMPALA
+    paper's agent (Espeholt et al. 2018, Fig. 3) and R2D2's network (Kapturowski et al.
+    2019) share; subclasses put their heads on the core's output ``h``.
 
     With ``prev_action_reward`` the core also takes the previous action (one-hot) and
-    reward beside the torso's features, as the paper's agent does. The core state is a pair
+    reward beside the torso's features, as both papers' agents do. The core state is a pair
     ``(h, c)`` of ``[B, core_size]`` tensors. ``first[t]`` marks an observation that starts
     an episode: the state (and the previous action and reward) are multiplied by
     ``1 - first[t]`` before the core sees it, so no memory crosses an episode end, inside an
     unroll as well as between unrolls.
-
-    - :meth:`forward` is one step (what an actor runs while acting):
-      ``model(obs, state, first, prev_action, prev_reward) -> (logits, value, new_state)``;
-    - :meth:`unroll` runs the torso over ``[T, B, ...]`` at once and the core step by step
-      from ``state``, with the same resets (what the learner runs on an unroll).
-
-    ``value_scale``: the value head's output is multiplied by it. The core's output is
-    bounded in (-1, 1), so a plain linear head reaches returns of tens (CartPole's V is 10
-    to 100 with γ = 0.99) only through weights that Adam grows by about the learning rate
-    per update; meanwhile the value loss drives the LSTM's units into saturation (|h| ≈ 1
-    everywhere), where its output no longer depends on the observations or the past, and
-    the policy stops learning. Under Adam the factor is a learning rate ``value_scale``
-    times larger for the value head alone. The paper clips rewards to [-1, 1] on sparse-
-    reward tasks, where the values stay small.
     """
 
     recurrent = True
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
-                 model: str = "mlp", obs_dtype: str = "<f4", core_size: int = 64,
-                 prev_action_reward: bool = False, value_scale: float = 10.0) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int,
+                 model: str, obs_dtype: str, core_size: int, prev_action_reward: bool) -> None:
         super().__init__()
-        self.value_scale = value_scale
         self.torso = make_torso(model, tuple(obs_shape), obs_dtype, hidden, num_actions)
         self.num_actions, self.core_size = num_actions, core_size
         self.prev_action_reward = prev_action_reward
         extra = num_actions + 1 if prev_action_reward else 0
         self.core = nn.LSTMCell(self.torso.out_dim + extra, core_size)
-        self.policy = nn.Linear(core_size, num_actions)
-        self.value = nn.Linear(core_size, 1)
-        nn.init.orthogonal_(self.policy.weight, gain=0.01)
-        nn.init.zeros_(self.policy.bias)
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu"
                       ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,22 +250,20 @@ class RecurrentActorCritic(nn.Module):
             x = torch.cat([x, one_hot * keep, prev_reward.to(x.dtype).unsqueeze(-1) * keep], -1)
         return self.core(x, (h, c))
 
-    def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
-                first: torch.Tensor, prev_action: torch.Tensor | None = None,
-                prev_reward: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """One step for a batch ``obs`` [B, *obs_shape]: logits [B, A], value [B] and the
-        state after it."""
-        h, c = self._step(self.torso(obs), state, first, prev_action, prev_reward)
-        return self.policy(h), self.value(h).squeeze(-1) * self.value_scale, (h, c)
+    def core_step(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                  first: torch.Tensor, prev_action: torch.Tensor | None = None,
+                  prev_reward: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step for a batch ``obs`` [B, *obs_shape]: the state ``(h, c)`` after it."""
+        return self._step(self.torso(obs), state, first, prev_action, prev_reward)
 
-    def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
-               first: torch.Tensor, prev_action: torch.Tensor | None = None,
-               prev_reward: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def core_unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                    first: torch.Tensor, prev_action: torch.Tensor | None = None,
+                    prev_reward: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Time-major ``obs`` [T, B, *obs_shape], ``first`` [T, B] (and ``prev_action``,
-        ``prev_reward`` [T, B]) from the initial ``state``: logits [T, B, A], values [T, B]
-        and the final state. Step t is :meth:`forward` on step t's inputs."""
+        ``prev_reward`` [T, B]) from the initial ``state``: the core outputs ``h`` [T, B, H]
+        and the final state. Step t is :meth:`core_step` on step t's inputs."""
         feats = self.torso(obs)  # [T, B, F], one pass over every step
         outs = []
         for t in range(feats.shape[0]):
@@ -286,8 +271,89 @@ class RecurrentActorCritic(nn.Module):
                                None if prev_action is None else prev_action[t],
                                None if prev_reward is None else prev_reward[t])
             outs.append(state[0])
-        h = torch.stack(outs)
+        return torch.stack(outs), state
+
+
+class RecurrentActorCritic(RecurrentCore):
+    """The IMPALA paper's agent (Espeholt et al. 2018, Fig. 3): a torso, an LSTM core
+    (:class:`RecurrentCore`) and the two heads on the core's output.
+
+    - :meth:`forward` is one step (what an actor runs while acting):
+      ``model(obs, state, first, prev_action, prev_reward) -> (logits, value, new_state)``;
+    - :meth:`unroll` runs the torso over ``[T, B, ...]`` at once and the core step by step
+      from ``state``, with the same resets (what the learner runs on an unroll).
+
+    ``value_scale``: the value head's output is multiplied by it. The core's output is
+    bounded in (-1, 1), so a plain linear head reaches returns of tens (CartPole's V is 10
+    to 100 with γ = 0.99) only through weights that Adam grows by about the learning rate
+    per update; meanwhile the value loss drives the LSTM's units into saturation (|h| ≈ 1
+    everywhere), where its output no longer depends on the observations or the past, and
+    the policy stops learning. Under Adam the factor is a learning rate ``value_scale``
+    times larger for the value head alone. The paper clips rewards to [-1, 1] on sparse-
+    reward tasks, where the values stay small.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
+                 model: str = "mlp", obs_dtype: str = "<f4", core_size: int = 64,
+                 prev_action_reward: bool = False, value_scale: float = 10.0) -> None:
+        super().__init__(obs_shape, num_actions, hidden, model, obs_dtype, core_size,
+                         prev_action_reward)
+        self.value_scale = value_scale
+        self.policy = nn.Linear(core_size, num_actions)
+        self.value = nn.Linear(core_size, 1)
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
+
+    def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                first: torch.Tensor, prev_action: torch.Tensor | None = None,
+                prev_reward: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One step for a batch ``obs`` [B, *obs_shape]: logits [B, A], value [B] and the
+        state after it."""
+        h, c = self.core_step(obs, state, first, prev_action, prev_reward)
+        return self.policy(h), self.value(h).squeeze(-1) * self.value_scale, (h, c)
+
+    def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+               first: torch.Tensor, prev_action: torch.Tensor | None = None,
+               prev_reward: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Logits [T, B, A], values [T, B] and the final state over a time-major unroll
+        (:meth:`RecurrentCore.core_unroll`'s inputs)."""
+        h, state = self.core_unroll(obs, state, first, prev_action, prev_reward)
         return self.policy(h), self.value(h).squeeze(-1) * self.value_scale, state
+
+
+class RecurrentQNetwork(RecurrentCore):
+    """R2D2's network (Kapturowski et al. 2019, §2.3): a torso, an LSTM core
+    (:class:`RecurrentCore`) and a dueling head (:func:`dueling`) on the core's output.
+    Its Q-values live in the space of the value rescaling h (learners/r2d2.py).
+
+    - :meth:`forward` is one step: ``model(obs, state, first, prev_action, prev_reward)
+      -> (q [B, A], new_state)``;
+    - :meth:`unroll` is the same over a time-major sequence: ``(q [T, B, A], final state)``.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int = 64,
+                 model: str = "mlp", obs_dtype: str = "<f4", core_size: int = 64,
+                 prev_action_reward: bool = False) -> None:
+        super().__init__(obs_shape, num_actions, hidden, model, obs_dtype, core_size,
+                         prev_action_reward)
+        self.head = nn.Linear(core_size, num_actions)  # the advantage stream A
+        self.value = nn.Linear(core_size, 1)
+
+    def forward(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+                first: torch.Tensor, prev_action: torch.Tensor | None = None,
+                prev_reward: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        h, c = self.core_step(obs, state, first, prev_action, prev_reward)
+        return dueling(self.value(h).squeeze(-1), self.head(h)), (h, c)
+
+    def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
+               first: torch.Tensor, prev_action: torch.Tensor | None = None,
+               prev_reward: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        h, state = self.core_unroll(obs, state, first, prev_action, prev_reward)
+        return dueling(self.value(h).squeeze(-1), self.head(h)), state
 
 
 def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

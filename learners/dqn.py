@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from archzoo.nets import cpu_optimizer_state, cpu_state_dict, make_torso
+from archzoo.nets import cpu_optimizer_state, cpu_state_dict, dueling, make_torso
 
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
 
@@ -49,8 +49,7 @@ class QNetwork(nn.Module):
     def forward(self, obs: Tensor) -> Tensor:
         """Q(s, ·) for a batch ``[..., *obs_shape]`` → ``[..., num_actions]``."""
         if self.value is not None:
-            v, a = self.streams(obs)
-            return v.unsqueeze(-1) + a - a.mean(-1, keepdim=True)  # Wang et al. eq. 9
+            return dueling(*self.streams(obs))
         return self.head(self.torso(obs))
 
 

@@ -88,6 +88,11 @@ class UniformReplay:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """The fields of every item, in the order they were given."""
+        return tuple(self._shapes)
+
     def _write(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
         """Store the batch FIFO; returns (slots written, number of leading items skipped)."""
         if set(batch) != set(self._shapes):

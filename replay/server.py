@@ -18,31 +18,40 @@ from typing import Any
 import numpy as np
 
 from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
-from replay.memory import PrioritizedReplay, UniformReplay, importance_weights
+from replay.memory import FieldSpec, PrioritizedReplay, UniformReplay, importance_weights
 
 TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount")
 
 
-def memory_fields(obs_shape: tuple[int, ...], obs_dtype: Any = np.float32
-                  ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Replay columns; observations are stored in their own dtype (uint8 frames stay uint8)."""
+def memory_fields(obs_shape: tuple[int, ...], obs_dtype: Any = np.float32) -> FieldSpec:
+    """An n-step transition's fields; observations are stored in their own dtype (uint8
+    frames stay uint8)."""
     od = np.dtype(obs_dtype)
     return {"obs": (obs_shape, od), "action": ((), np.dtype(np.int64)),
             "ret": ((), np.dtype(np.float32)), "next_obs": (obs_shape, od),
             "discount": ((), np.dtype(np.float32))}
 
 
-def _transition_arrays(cap: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> list:
-    return [("obs", obs_dtype, (cap, *obs_shape)), ("action", np.int64, (cap,)),
-            ("ret", np.float32, (cap,)), ("next_obs", obs_dtype, (cap, *obs_shape)),
-            ("discount", np.float32, (cap,))]
+def item_fields(items: tuple[int, ...] | FieldSpec, obs_dtype: Any = np.float32) -> FieldSpec:
+    """What a replay stores per item: ``items`` itself when it is a :data:`FieldSpec`
+    (R2D2's sequences), else n-step transitions of observations of shape ``items``."""
+    return dict(items) if isinstance(items, dict) else memory_fields(tuple(items), obs_dtype)
+
+
+def _arrays(fields: FieldSpec, cap: int) -> list:
+    return [(k, dtype, (cap, *shape)) for k, (shape, dtype) in fields.items()]
+
+
+def insert_schema(fields: FieldSpec, cap: int, name: str = "transitions") -> Schema:
+    """Actor -> replay: up to ``cap`` items with their initial priorities."""
+    return Schema(name, [*_arrays(fields, cap), ("priority", np.float32, (cap,)),
+                         ("count", np.int64, ())])
 
 
 def transitions_schema(obs_shape: tuple[int, ...], cap: int,
                        obs_dtype: Any = np.float32) -> Schema:
     """Actor -> replay: up to ``cap`` n-step transitions with their initial priorities."""
-    return Schema("transitions", [*_transition_arrays(cap, obs_shape, obs_dtype),
-                                  ("priority", np.float32, (cap,)), ("count", np.int64, ())])
+    return insert_schema(memory_fields(obs_shape, obs_dtype), cap)
 
 
 def request_schema(batch_size: int) -> Schema:
@@ -54,11 +63,12 @@ def request_schema(batch_size: int) -> Schema:
     ])
 
 
-def reply_schema(obs_shape: tuple[int, ...], batch_size: int,
+def reply_schema(items: tuple[int, ...] | FieldSpec, batch_size: int,
                  obs_dtype: Any = np.float32) -> Schema:
-    """Shard -> learner: the samples, their slots and p^α, and the shard's totals."""
+    """Shard -> learner: the samples (:func:`item_fields`), their slots and p^α, and the
+    shard's totals."""
     return Schema("sample_reply", [
-        *_transition_arrays(batch_size, obs_shape, obs_dtype), ("idx", np.int64, (batch_size,)),
+        *_arrays(item_fields(items, obs_dtype), batch_size), ("idx", np.int64, (batch_size,)),
         ("item_ids", np.int64, (batch_size,)), ("p_alpha", np.float64, (batch_size,)),
         ("count", np.int64, ()), ("total", np.float64, ()), ("min_p_alpha", np.float64, ()),
         ("size", np.int64, ()), ("inserted", np.int64, ()),
@@ -66,11 +76,11 @@ def reply_schema(obs_shape: tuple[int, ...], batch_size: int,
 
 
 def insert(memory: UniformReplay, msg: Message) -> int:
-    """Add the transitions of one actor message to ``memory``; returns how many."""
+    """Add the items of one actor message to ``memory``; returns how many."""
     n = int(msg["count"])
     if n == 0:
         return 0
-    data = {k: msg[k][:n] for k in TRANSITION_FIELDS}
+    data = {k: msg[k][:n] for k in memory.field_names}
     if isinstance(memory, PrioritizedReplay):
         memory.add(data, msg["priority"][:n])
     else:
@@ -115,19 +125,23 @@ class ReplayServer:
     learner has one request in flight and its own reply buffer.
     """
 
-    def __init__(self, transport: Transport, memory: UniformReplay, obs_shape: tuple[int, ...],
-                 actors: Sequence[int], learners: int | Sequence[int], insert_cap: int,
-                 batch_size: int, limiter: RateLimiter, tags: tuple[int, int, int],
-                 obs_dtype: Any = np.float32) -> None:
+    def __init__(self, transport: Transport, memory: UniformReplay,
+                 items: tuple[int, ...] | FieldSpec, actors: Sequence[int],
+                 learners: int | Sequence[int], insert_cap: int, batch_size: int,
+                 limiter: RateLimiter, tags: tuple[int, int, int], obs_dtype: Any = np.float32,
+                 insert_name: str = "transitions") -> None:
+        """``items``: the items' fields, or the observation shape of n-step transitions
+        (:func:`item_fields`); ``insert_name`` names the actors' message."""
         tag_insert, tag_request, tag_reply = tags
+        fields = item_fields(items, obs_dtype)
         self.learners = [learners] if isinstance(learners, int) else list(learners)
         self.t, self.memory, self.limiter = transport, memory, limiter
         self.tag_reply = tag_reply
-        self.inserts = Inbox(transport, transitions_schema(obs_shape, insert_cap, obs_dtype),
-                             actors, tag_insert, depth=2, what="transitions")
+        self.inserts = Inbox(transport, insert_schema(fields, insert_cap, insert_name),
+                             actors, tag_insert, depth=2, what=insert_name)
         self.requests = Inbox(transport, request_schema(batch_size), self.learners, tag_request,
                               depth=1, what="sample request")
-        schema = reply_schema(obs_shape, batch_size, obs_dtype)
+        schema = reply_schema(fields, batch_size)
         self._reply = {r: schema.new() for r in self.learners}
         self._sending: dict[int, Request | None] = dict.fromkeys(self.learners)
         self._updated = dict.fromkeys(self.learners, False)  # pending request's updates applied
@@ -192,7 +206,7 @@ class ReplayServer:
         r["count"][...] = count
         if count > 0:
             s = m.sample(count)
-            for k in TRANSITION_FIELDS:
+            for k in m.field_names:
                 r[k][:count] = s.data[k]
             r["idx"][:count] = s.idx
             r["item_ids"][:count] = s.item_ids
@@ -224,17 +238,18 @@ class Batch:
 class ShardedReplayClient:
     """The learner's side of K replay shards, with one request in flight per shard."""
 
-    def __init__(self, transport: Transport, shards: Sequence[int], obs_shape: tuple[int, ...],
-                 batch_size: int, beta: float | Callable[[], float], prioritized: bool,
+    def __init__(self, transport: Transport, shards: Sequence[int],
+                 items: tuple[int, ...] | FieldSpec, batch_size: int,
+                 beta: float | Callable[[], float], prioritized: bool,
                  tags: tuple[int, int], seed: int = 0, obs_dtype: Any = np.float32) -> None:
         tag_request, tag_reply = tags
         self.t, self.shards, self.batch_size = transport, list(shards), batch_size
         self.beta = beta if callable(beta) else (lambda b=beta: b)
         self.prioritized = prioritized
         self.tag_request = tag_request
-        self.replies = Inbox(transport, reply_schema(obs_shape, batch_size, obs_dtype),
-                             self.shards,
-                             tag_reply, depth=1, what="sample reply")
+        self.fields = tuple(item_fields(items, obs_dtype))  # :func:`item_fields`
+        self.replies = Inbox(transport, reply_schema(items, batch_size, obs_dtype),
+                             self.shards, tag_reply, depth=1, what="sample reply")
         self._req = {s: request_schema(batch_size).new() for s in self.shards}
         self._req_send = dict.fromkeys(self.shards)
         self._asked = dict.fromkeys(self.shards, 0)  # count requested, reply not yet taken
@@ -276,11 +291,11 @@ class ShardedReplayClient:
             n = int(msg["count"])
             self._totals[s] = float(msg["total"])
             parts.append((s, n, {k: np.array(msg[k][:n]) for k in
-                                 (*TRANSITION_FIELDS, "idx", "item_ids", "p_alpha")},
+                                 (*self.fields, "idx", "item_ids", "p_alpha")},
                           float(msg["total"]), float(msg["min_p_alpha"]), int(msg["size"]),
                           int(msg["inserted"])))
             self.replies.release(s)
-        data = {k: np.concatenate([p[2][k] for p in parts]) for k in TRANSITION_FIELDS}
+        data = {k: np.concatenate([p[2][k] for p in parts]) for k in self.fields}
         shard = np.concatenate([np.full(p[1], i) for i, p in enumerate(parts)])
         idx = np.concatenate([p[2]["idx"] for p in parts])
         item_ids = np.concatenate([p[2]["item_ids"] for p in parts])

@@ -118,7 +118,7 @@ def case_replay(t: Transport, spec: EnvSpec, tag: int) -> None:
             assert time.monotonic() < deadline, "no sample request answered"
         server.flush()
         return
-    schema = builders.transitions(cfg, spec)
+    schema = builders.replay_inserts(cfg, spec)
     assert schema.digest() == transitions_schema(spec.obs_shape, CAP, spec.obs_dtype).digest()
     out = DoubleBuffer(t, schema, 1, tag, "transitions")
     for s in range(sends):  # the actor

@@ -75,6 +75,10 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  "SEED RL: actors only step envs; the learner batches their inference and "
                  "trains", "0 learner + inference server; 1..N actors", ("async", "sync"),
                  ("star",)),
+    Architecture("r2d2", "archzoo.architectures.r2d2", C.R2D2Config,
+                 "R2D2: Ape-X's replay roles on sequences of a recurrent Q-network, stored "
+                 "state and burn-in", "0 learner; 1..K replay shards; then actors",
+                 ("async",), ("star", "tree", "butterfly", "ring")),
     Architecture("ga3c", "archzoo.architectures.ga3c", C.Ga3cConfig,
                  "GA3C: agents ask batched predictor threads; trainer threads update one "
                  "model", "0 server (predictor and trainer threads); 1..N agents",

@@ -66,9 +66,10 @@ def _digests(cfg: ApexConfig, spec: EnvSpec, model: Any = None) -> dict[str, str
     return builders.replay_digests(cfg, spec, num_params(model))
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
-                actors: list[int]) -> dict[str, Any]:
-    """Rank 0: sample, one double-DQN step, new priorities back, publish every so often."""
+def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[int],
+                topology_applied: str | None = None) -> dict[str, Any]:
+    """Rank 0: sample, one double-DQN step, new priorities back, publish every so often
+    (R2D2's too: ``builders.dqn_learner`` is the config's; ``topology_applied``, its text)."""
     cfg, t = ctx.cfg, ctx.transport
     learner = builders.dqn_learner(cfg, spec)
     publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout,
@@ -118,7 +119,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int],
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
     return run.finish(learner.model, learner.version, device=learner.device,
-                      topology=cfg.topology, applied=applied(cfg), timers=timers_0,
+                      topology=cfg.topology, timers=timers_0,
+                      applied=topology_applied or applied(cfg),
                       role=lambda r: "shard" if r in shards else "actor",
                       extra={"replay_shards": len(shards), "replay_size": replay.client.size,
                              "replay_inserted": replay.client.inserted,

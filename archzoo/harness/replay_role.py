@@ -36,8 +36,9 @@ def serve_replay(ctx: RankContext, spec: EnvSpec, digests: dict[str, str], *,
     cfg, t = ctx.cfg, ctx.transport
     memory = builders.replay_memory(cfg, spec, capacity, actor_seed(cfg.seed, ctx.rank))
     limiter = RateLimiter(learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
-    server = ReplayServer(t, memory, spec.obs_shape, actors, learners, cfg.insert_capacity(),
-                          cfg.batch_size, limiter, REPLAY_TAGS, spec.obs_dtype)
+    server = ReplayServer(t, memory, builders.replay_items(cfg, spec), actors, learners,
+                          cfg.insert_capacity(), cfg.batch_size, limiter, REPLAY_TAGS,
+                          insert_name=builders.insert_name(cfg))
     keeper = ReplayKeeper(cfg, ctx.rank, memory, limiter)  # --checkpoint-replay
     busy_s = 0.0
 
@@ -75,12 +76,12 @@ class LearnerReplay:
                                    min_sample=cfg.batch_size)
         if shards:
             self.client: Any = ShardedReplayClient(
-                t, shards, spec.obs_shape, cfg.batch_size, cfg.beta, True, SAMPLE_TAGS,
-                cfg.seed, obs_dtype=spec.obs_dtype)
+                t, shards, builders.replay_items(cfg, spec), cfg.batch_size, cfg.beta, True,
+                SAMPLE_TAGS, cfg.seed)
         else:
             self.memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
-            self.inserts = Inbox(t, builders.transitions(cfg, spec), actors, TAG_TRANSITIONS,
-                                 depth=2, what="transitions")
+            self.inserts = Inbox(t, builders.replay_inserts(cfg, spec), actors,
+                                 TAG_TRANSITIONS, depth=2, what=builders.insert_name(cfg))
             self.client = LocalReplayClient(self.memory, cfg.batch_size, self.limiter)
         self.keeper = ReplayKeeper(cfg, ctx.rank, self.memory, self.limiter)
 

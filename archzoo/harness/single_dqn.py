@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from actors.evaluation import GreedyEvaluator
-from actors.transitions import TransitionActor
 from archzoo import builders
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
@@ -33,15 +32,14 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                             policy=(learner.model, builders.policy_meta(cfg, spec)))
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.q_network(cfg, spec)
-    actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, policy,
-                            cfg.eps_base, actor_seed(cfg.seed, 0))
+    actor = builders.transition_actor(cfg, spec, policy, cfg.eps_base, actor_seed(cfg.seed, 0))
     evaluator = GreedyEvaluator(spec, cfg.eval_episodes, evaluator_seed(cfg.seed, 0))
     memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI,
                           min_sample=cfg.batch_size)
     client = LocalReplayClient(memory, cfg.batch_size, limiter)
     keeper = ReplayKeeper(cfg, 0, memory, limiter)  # --checkpoint-replay
-    msg = builders.transitions(cfg, spec).new()
+    msg = builders.replay_inserts(cfg, spec).new()
     flat = np.zeros(num_params(policy), np.float32)
 
     def follow() -> None:  # the actor's copy on the CPU follows the learner's on the device

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.evaluation import GreedyEvaluator
-from actors.transitions import TransitionActor, epsilon
+from actors.transitions import epsilon
 from archzoo import builders
 from archzoo.comm import Message
 from archzoo.comm.sender import DoubleBuffer
@@ -34,8 +34,8 @@ class TransitionLeaf:
         cfg = self.cfg = ctx.cfg
         self.ctx, self.spec, self.model = ctx, spec, model
         self.eps = epsilon(actors.index(ctx.rank), len(actors), cfg.eps_base, cfg.eps_alpha)
-        self.actor = TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model,
-                                     self.eps, actor_seed(cfg.seed, ctx.rank))
+        self.actor = builders.transition_actor(cfg, spec, model, self.eps,
+                                               actor_seed(cfg.seed, ctx.rank))
         self.timers = Timers()
 
     def load(self, msg: Message) -> None:
@@ -50,8 +50,8 @@ class TransitionLeaf:
         self.link = link
         self.evaluator = GreedyEvaluator(self.spec, cfg.eval_episodes,
                                          evaluator_seed(cfg.seed, rank))
-        self.out = DoubleBuffer(self.ctx.transport, builders.transitions(cfg, self.spec), dest,
-                                TAG_TRANSITIONS, "transitions")
+        self.out = DoubleBuffer(self.ctx.transport, builders.replay_inserts(cfg, self.spec),
+                                dest, TAG_TRANSITIONS, builders.insert_name(cfg))
 
     def step(self, on_poll: Callable[[], Any]) -> None:
         """Collect a batch (``on_poll`` while the free buffer is still on the wire), send it."""
