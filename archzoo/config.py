@@ -348,9 +348,6 @@ class ImpalaConfig(VTraceConfig):
         _check_core(self, r)
         r.need(not self.core_prev_action_reward or self.core != "none",
                "--core-prev-action-reward feeds the recurrent core: add --core lstm")
-        r.need(self.core == "none" or not self.record_video, f"--record-video with --core "
-               f"{self.core}: videos are filmed with archzoo eval's policy, which does not run "
-               "recurrent policies yet")
         r.need(self.topology != "native" or self.mode == "sync",
                "--topology native needs --mode sync: torch.distributed's collectives block "
                "every rank (async IMPALA broadcasts latest-wins over star, tree, butterfly "

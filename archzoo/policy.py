@@ -23,9 +23,14 @@ class Policy:
     """A finished run's policy, ready to act: ``policy(obs)`` maps a batch of observations
     ``[B, *obs_shape]`` (numpy or torch, in the env's dtype) to a numpy batch of actions.
 
-    Q-networks (Ape-X, Gorila) act greedily, argmax_a Q(x, a); actor-critic policies sample
-    a ~ π(·|x) (Gumbel-max), or take argmax_a π(a|x) with ``greedy=True``. ``model`` is the
-    rebuilt ``nn.Module``; ``meta`` what policy.pt recorded (env, model, observation)."""
+    Q-networks (Ape-X, Gorila, R2D2) act greedily, argmax_a Q(x, a); actor-critic policies
+    sample a ~ π(·|x) (Gumbel-max), or take argmax_a π(a|x) with ``greedy=True``. ``model``
+    is the rebuilt ``nn.Module``; ``meta`` what policy.pt recorded (env, model, observation).
+
+    A recurrent policy (``--core lstm``) keeps one core state per env of the batch: call
+    :meth:`reset` where episodes start (the first call, or a batch of another size, resets
+    by itself), and :meth:`observe` with the rewards after each step when its core takes
+    the previous reward (``--core-prev-action-reward``)."""
 
     def __init__(self, model: Any, meta: dict[str, Any], greedy: bool = False,
                  seed: int = 0) -> None:
@@ -35,17 +40,53 @@ class Policy:
         self.q_net = meta.get("net") == "q"
         self.greedy = greedy or self.q_net
         self.rng = np.random.default_rng(seed)
+        self.recurrent = bool(getattr(model, "recurrent", False))
+        self.state: Any = None
+
+    def reset(self, num_envs: int) -> None:
+        """Every env starts an episode: zero core state, no previous action or reward
+        (nothing to do for a feed-forward policy)."""
+        import torch
+
+        if not self.recurrent:
+            return
+
+        self.state = self.model.initial_state(num_envs)
+        self.first = torch.ones(num_envs, dtype=torch.bool)
+        self.prev_action = torch.zeros(num_envs, dtype=torch.int64)
+        self.prev_reward = torch.zeros(num_envs)
+
+    def observe(self, rewards: Any) -> None:
+        """The rewards of the step just taken (the previous reward of the next call)."""
+        import torch
+
+        if self.recurrent:
+            self.prev_reward = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)
 
     def __call__(self, obs: Any) -> Any:
         import numpy as np
         import torch
 
+        x = torch.as_tensor(obs)
         with torch.no_grad():
-            out = self.model(torch.as_tensor(obs))
-        scores = (out if self.q_net else out[0]).numpy()
+            if self.recurrent:
+                if self.state is None or self.state[0].shape[0] != x.shape[0]:
+                    self.reset(x.shape[0])
+                out = self.model(x, self.state, self.first, self.prev_action,
+                                 self.prev_reward)
+                self.state, out = out[-1], out[0]
+                self.first = torch.zeros_like(self.first)
+            else:
+                out = self.model(x)
+                out = out if self.q_net else out[0]
+        scores = out.numpy()
         if self.greedy:
-            return np.argmax(scores, axis=-1)
-        return np.argmax(scores + self.rng.gumbel(size=scores.shape), axis=-1)
+            actions = np.argmax(scores, axis=-1)
+        else:
+            actions = np.argmax(scores + self.rng.gumbel(size=scores.shape), axis=-1)
+        if self.recurrent:
+            self.prev_action = torch.as_tensor(actions, dtype=torch.int64)
+        return actions
 
 
 def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Policy:
@@ -55,7 +96,8 @@ def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Pol
     cannot be."""
     import torch
 
-    from archzoo.nets import ActorCritic
+    from archzoo.model_shapes import core_size
+    from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
     from learners.dqn import QNetwork
 
     path = Path(run_dir) if Path(run_dir).is_file() else Path(run_dir) / "policy.pt"
@@ -63,13 +105,15 @@ def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Pol
         raise UsageError(f"{run_dir}: no policy.pt (not a finished run directory?)")
     saved = torch.load(path, weights_only=True)
     meta = saved["meta"]
-    if meta.get("core"):  # the policy needs its state and the episode starts as it acts
-        raise UsageError(f"{run_dir}: a recurrent policy (--core {meta['core']}); archzoo eval "
-                         "and load_policy do not run recurrent policies yet")
     shape, dtype = tuple(meta["obs_shape"]), meta.get("obs_dtype", "<f4")
     model_name = meta.get("model", "mlp")
     try:
-        if meta.get("net") == "q":
+        if meta.get("core"):  # the IMPALA agent or R2D2's network
+            core = (core_size(meta["core"], meta["hidden"]),
+                    bool(meta.get("core_prev_action_reward")))
+            cls = RecurrentQNetwork if meta.get("net") == "q" else RecurrentActorCritic
+            model = cls(shape, meta["num_actions"], meta["hidden"], model_name, dtype, *core)
+        elif meta.get("net") == "q":
             model = QNetwork(shape, meta["num_actions"], meta["hidden"], meta["dueling"],
                              model_name, dtype)
         else:

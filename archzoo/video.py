@@ -130,10 +130,14 @@ def _play(policy: Any, spec: Any, episodes: int, seed: int, video: Path | None,
 
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed + ep)
+            if hasattr(policy, "reset"):  # a recurrent policy: a new episode's state
+                policy.reset(1)
             film()
             total, steps, done = 0.0, 0, False
             while not done and (max_steps is None or steps < max_steps):
                 obs, r, term, trunc, _ = env.step(policy(obs))
+                if hasattr(policy, "observe"):
+                    policy.observe(r)
                 total += float(r[0])
                 steps += 1
                 done = bool(term[0] or trunc[0])

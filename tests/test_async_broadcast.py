@@ -1,5 +1,6 @@
 """Asynchronous parameter broadcast over tree, butterfly and ring in the architectures that
-broadcast (async IMPALA, Ape-X, and Gorila's server pushing to its actors), on both engines.
+broadcast (async IMPALA, Ape-X, R2D2, and Gorila's server pushing to its actors), on both
+engines.
 
 Each actor reports in its BYE what it loaded and relayed (summary.json's params_by_rank):
 every actor loaded only increasing versions, sits where the schedule puts it (its parent
@@ -23,21 +24,24 @@ ARGS = {"impala": ["--total-steps", "24000"],
         "apex": ["--total-steps", "8000", "--replay-shards", "1", "--learning-starts", "1000",
                  "--publish-every", "5"],
         "gorila": ["--total-steps", "8000", "--learning-starts", "1000", "--publish-every",
-                   "5"]}
+                   "5"],
+        "r2d2": ["--total-steps", "8000", "--replay-shards", "1", "--publish-every", "5",
+                 "--sequence-length", "10", "--burn-in", "2", "--sequence-overlap", "5",
+                 "--learning-starts", "32", "--batch-size", "8", "--hidden", "32"]}
 SCHEDULE = {"tree": (3, False), "butterfly": (2, False), "ring": (2, True)}  # fanout, chain
 
 
 def members(arch: str) -> list[int]:
     """The broadcast's ranks, the sender first: IMPALA's whole world, Ape-X's without its
-    replay shard (rank 1), Gorila's server (rank 0) and actors (after its replay memory
-    and learner, ranks 1 and 2)."""
-    first = {"impala": 1, "apex": 2, "gorila": 3}[arch]
+    replay shard (rank 1; R2D2's too), Gorila's server (rank 0) and actors (after its
+    replay memory and learner, ranks 1 and 2)."""
+    first = {"impala": 1, "apex": 2, "r2d2": 2, "gorila": 3}[arch]
     return [0, *range(first, first + ACTORS)]
 
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 @pytest.mark.parametrize("topology", ["tree", "butterfly", "ring"])
-@pytest.mark.parametrize("arch", ["impala", "apex", "gorila"])
+@pytest.mark.parametrize("arch", ["impala", "apex", "gorila", "r2d2"])
 def test_async_broadcast(tmp_path: Path, arch: str, topology: str, backend: str) -> None:
     d = tmp_path / "run"
     r = cli("run", arch, "--backend", backend, "--topology", topology, "--fanout", "3",

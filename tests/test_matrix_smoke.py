@@ -28,7 +28,9 @@ ELSEWHERE: dict[tuple[str, str, str, str], str] = {
     **{("impala", t, "sync", "gloo"): "test_impala.py::test_sync_parameter_broadcast_over_each_"
        "topology" for t in (*BROADCAST, "native")},
     **{(a, t, "async", b): "test_async_broadcast.py::test_async_broadcast"
-       for a in ("impala", "apex", "gorila") for t in BROADCAST for b in ("gloo", "mpi")},
+       for a in ("impala", "apex", "gorila", "r2d2") for t in BROADCAST for b in ("gloo", "mpi")},
+    ("r2d2", "star", "async", "gloo"): "test_r2d2_runs.py::test_embedded",
+    ("r2d2", "star", "async", "mpi"): "test_r2d2_runs.py::test_mpiexec",
     ("apex", "star", "async", "gloo"): "test_apex.py::test_embedded",
     ("apex", "star", "async", "mpi"): "test_apex.py::test_mpiexec",
     ("a3c", "star", "async", "gloo"): "test_a3c.py::test_embedded_gloo",

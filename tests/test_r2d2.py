@@ -205,3 +205,23 @@ def test_bad_sequence_flags_are_refused_in_one_line() -> None:
         r = Rules()
         _config(**kw).check(r)
         assert r.problem is not None and words in r.problem, (kw, r.problem)
+
+
+def test_a_recurrent_policy_acts_as_the_actors_greedy_policy_and_resets() -> None:
+    from actors.sequences import RecurrentGreedy
+    from archzoo.policy import Policy
+
+    torch.manual_seed(0)
+    model = RecurrentQNetwork((2,), 3, 16, "mlp", "<f4", 8)
+    policy, greedy = Policy(model, {"net": "q"}), RecurrentGreedy(model)
+    greedy.reset(4)
+    xs = torch.randn(6, 4, 2).numpy() * 3
+    first = [policy(x) for x in xs]
+    for x, a in zip(xs, first, strict=True):
+        np.testing.assert_array_equal(a, greedy(x))
+    with torch.no_grad():  # the network's own unroll from a zero state
+        q, _ = model.unroll(torch.as_tensor(xs), model.initial_state(4),
+                            torch.tensor([[True] * 4] + [[False] * 4] * 5))
+    np.testing.assert_array_equal(np.stack(first), q.argmax(-1).numpy())
+    policy.reset(4)
+    np.testing.assert_array_equal(policy(xs[0]), first[0])
