@@ -122,6 +122,33 @@ class BatchedPolicy:
         actions = np.argmax(logits + self.rng.gumbel(size=logits.shape), axis=-1)
         return actions, logits, values, version
 
+    def forward_recurrent(self, obs: np.ndarray, state: tuple[torch.Tensor, torch.Tensor],
+                          first: torch.Tensor, prev_action: torch.Tensor | None = None,
+                          prev_reward: torch.Tensor | None = None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int,
+                                     tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`forward` for a recurrent model (``RecurrentActorCritic``): every row from
+        its own core ``state`` (CPU tensors ``[B, H]``, reset where ``first``); also returns
+        the state after the step, on the CPU (actors/core_states.py keeps them)."""
+        from archzoo.nets import set_flat
+
+        dev = self.device
+        with self.lock:
+            if self._staged is not None:
+                flat, self.version = self._staged
+                self._staged = None
+                set_flat(self.model, flat)
+            version = self.version if self.version_of is None else self.version_of()
+            with torch.no_grad():
+                args = [None if x is None else x.to(dev) for x in (
+                    torch.from_numpy(obs), first, prev_action, prev_reward)]
+                logits, values, (h, c) = self.model(
+                    args[0], (state[0].to(dev), state[1].to(dev)), args[1], args[2], args[3])
+                logits, values = logits.cpu().numpy(), values.cpu().numpy()
+                h, c = h.cpu(), c.cpu()
+        actions = np.argmax(logits + self.rng.gumbel(size=logits.shape), axis=-1)
+        return actions, logits, values, version, (h, c)
+
 
 @dataclass
 class InferenceStats:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from actors.batched_policy import BatchedPolicy, InferenceStats
+from actors.core_states import CoreStates
 from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
 from archzoo.comm.base import Backoff
 
@@ -53,7 +54,10 @@ class InferenceServer:
                  actors: list[int], policy: BatchedPolicy, max_batch: int, max_wait_s: float,
                  tag_request: int, tag_reply: int, mode: str = "async",
                  on_answer: OnAnswer | None = None,
-                 on_drop: Callable[[int, PeerFailure], None] | None = None) -> None:
+                 on_drop: Callable[[int, PeerFailure], None] | None = None,
+                 states: CoreStates | None = None) -> None:
+        """``states``: a recurrent model's core state per env of every actor
+        (actors/core_states.py), carried from batch to batch."""
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.t, self.policy = transport, policy
@@ -61,6 +65,7 @@ class InferenceServer:
         self.tag_reply = tag_reply
         self.on_answer = on_answer
         self.on_drop = on_drop  # told of every actor dropped (it may end the run)
+        self.states = states
         self.inbox = Inbox(transport, req_schema, actors, tag_request, depth=1,
                            what="inference request")
         self.live = list(actors)
@@ -134,9 +139,13 @@ class InferenceServer:
         if not batch:
             return 0
         reqs = [self.inbox.poll(p) for p in batch]
-        obs = reqs[0]["obs"] if len(reqs) == 1 else np.concatenate([r["obs"] for r in reqs])
         t0 = time.perf_counter()
-        actions, logits, values, version = self.policy.forward(obs)
+        if self.states is not None:  # every env from its own core state
+            actions, logits, values, version = self.states.answer(self.policy, batch, reqs)
+        else:
+            obs = reqs[0]["obs"] if len(reqs) == 1 else \
+                np.concatenate([r["obs"] for r in reqs])
+            actions, logits, values, version = self.policy.forward(obs)
         t1 = time.perf_counter()
         batch_id = self.stats.batches  # batches answered before this one
         latency = 0.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -76,8 +77,10 @@ class LocalPolicyClient:
     and reply messages, answered by a direct call of the policy (a batch of one)."""
 
     def __init__(self, policy, req_schema: Schema, rep_schema: Schema, run_id: int,
-                 on_answer: Callable[[int, Message, Message], None] | None = None) -> None:
-        self.policy = policy
+                 on_answer: Callable[[int, Message, Message], None] | None = None,
+                 states: Any = None) -> None:
+        """``states``: a recurrent model's core states (actors/core_states.py), actor 0's."""
+        self.policy, self.states = policy, states
         self.req, self.rep = req_schema.new(), rep_schema.new()
         self.req["run_id"][...] = run_id
         self.req["first"][...] = True
@@ -87,7 +90,10 @@ class LocalPolicyClient:
 
     def request(self) -> Message:
         t0 = time.perf_counter()
-        actions, logits, values, version = self.policy.forward(self.req["obs"])
+        if self.states is not None:
+            actions, logits, values, version = self.states.answer(self.policy, [0], [self.req])
+        else:
+            actions, logits, values, version = self.policy.forward(self.req["obs"])
         rep = self.rep
         rep["actions"][:], rep["logits"][:], rep["values"][:] = actions, logits, values
         rep["seq"][...], rep["version"][...] = self.seq, version

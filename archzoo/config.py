@@ -358,6 +358,18 @@ class ImpalaConfig(VTraceConfig):
 class SeedConfig(InferenceConfig):
     """SEED RL: rank 0 serves inference and learns, ranks 1..N only step envs."""
 
+    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
+                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
+                    "paper's agent; the inference server keeps every env's state and each "
+                    "unroll carries its initial state", group="environment and model")
+    core_prev_action_reward: bool = _prev_action_reward_opt()
+
+    def check(self, r: Rules) -> None:
+        super().check(r)
+        _check_core(self, r)
+        r.need(not self.core_prev_action_reward or self.core != "none",
+               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
+
 
 @dataclass(frozen=True)
 class Ga3cConfig(InferenceConfig):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from actors.action_log import ActionLog
+from actors.core_states import CoreStates
 from archzoo.messages import Message, Schema
 from archzoo.runlog import Monitor
 from learners.unroll_builder import UnrollBuilder
@@ -33,8 +34,10 @@ class SeedLearner:
 
     def __init__(self, learner: VTraceLearner, unroll_schema: Schema, unroll_length: int,
                  actors: list[int], batch_unrolls: int, mon: Monitor,
-                 log: ActionLog | None = None) -> None:
-        self.learner, self.mon, self.log = learner, mon, log
+                 log: ActionLog | None = None, states: CoreStates | None = None) -> None:
+        """``states``: with a recurrent core, the server's state per env
+        (actors/core_states.py); each unroll starts with the state of its first step."""
+        self.learner, self.mon, self.log, self.states = learner, mon, log, states
         self.schema = unroll_schema
         self.builders = {a: UnrollBuilder(unroll_schema, unroll_length) for a in actors}
         self.complete: list[Message] = []
@@ -47,7 +50,8 @@ class SeedLearner:
             n = int(req["ep_count"])
             self.mon.add_episodes(req["ep_returns"][:n])
             self.mon.add_steps(int(req["valid"].sum()), float(req["first_step_time"]))
-        unroll = self.builders[actor].add(req, rep)
+        core = self.states.before.get(actor) if self.states is not None else None
+        unroll = self.builders[actor].add(req, rep, core)
         if unroll is not None:
             self.complete.append(unroll)
             if self.log is not None:

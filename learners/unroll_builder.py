@@ -46,12 +46,24 @@ class UnrollBuilder:
         self.dropped_steps = int(state["dropped_steps"])
         self.run_id, self.adopt = None, True
 
+    def _open(self, req: Message, rep: Message, core: dict[str, np.ndarray] | None) -> None:
+        """The request's observation is x_0 of the unroll in ``msg``."""
+        self.msg["obs"][0] = req["obs"]
+        self.msg["version"][...] = rep["version"]
+        if core is not None:
+            for k, v in core.items():
+                if k in self.msg:
+                    self.msg[k][...] = v
+
     def logged_actions(self) -> np.ndarray:
         """The actions of the unroll in progress, (t, E)."""
         return self.msg["actions"][: self.t]
 
-    def add(self, req: Message, rep: Message) -> Message | None:
-        """Record one answered request; the completed unroll (a fresh message) or None."""
+    def add(self, req: Message, rep: Message,
+            core: dict[str, np.ndarray] | None = None) -> Message | None:
+        """Record one answered request; the completed unroll (a fresh message) or None.
+        ``core``: a recurrent model's inputs of this step (actors/core_states.py), recorded
+        where the request's observation opens an unroll."""
         run_id = int(req["run_id"])
         if self.adopt and not bool(req["first"]):
             self.run_id = run_id  # the resumed actor of this unroll
@@ -63,8 +75,7 @@ class UnrollBuilder:
                 self.dropped_steps += self.t
             self.run_id = run_id
             self.t = 0
-            self.msg["obs"][0] = req["obs"]
-            self.msg["version"][...] = rep["version"]
+            self._open(req, rep, core)
         else:
             m, s = self.msg, self.t - 1  # the request reports step s (taken with a_s)
             m["rewards"][s] = req["rewards"]
@@ -74,8 +85,7 @@ class UnrollBuilder:
             m["obs"][self.t] = req["obs"]
             if self.t == self.T:
                 done, self.msg = m, self.schema.new()
-                self.msg["obs"][0] = req["obs"]
-                self.msg["version"][...] = rep["version"]
+                self._open(req, rep, core)
                 self.t = 0
         self.msg["actions"][self.t] = rep["actions"]
         self.msg["behaviour_logits"][self.t] = rep["logits"]

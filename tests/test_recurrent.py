@@ -1,4 +1,5 @@
-"""IMPALA's recurrent core (``--core lstm``; archzoo/nets.py ``RecurrentActorCritic``).
+"""The recurrent core of IMPALA and SEED RL (``--core lstm``; archzoo/nets.py
+``RecurrentActorCritic``).
 
 - The core's state resets exactly where an episode starts, inside an unroll too: on a
   hand-built unroll with an episode end in the middle, the learner's outputs after the reset
@@ -6,8 +7,11 @@
 - The learner's replay of the core over an unroll (from the unroll's initial state, with the
   resets the flags imply) gives the logits the actor computed while acting, on real unrolls
   of CartPoleNoVel that carry the state from one unroll to the next.
-- ``archzoo run impala --core lstm`` runs on ``archzoo/CartPoleNoVel-v1`` in one process,
-  embedded, under mpiexec and under torchrun; a bad ``--core`` is refused with exit 2.
+- SEED RL's server answers every env from its own state (actors/core_states.py): the
+  same logits as a per-env loop of the model, whatever the batches' composition.
+- ``archzoo run impala|seed --core lstm`` runs on ``archzoo/CartPoleNoVel-v1`` in one
+  process, embedded, under mpiexec and under torchrun; a bad ``--core`` is refused with
+  exit 2.
 - ``archzoo/CartPoleNoVel-v1`` is CartPole-v1 seen through ``[x, theta]``.
 """
 
@@ -195,6 +199,47 @@ def test_cartpole_novel_is_cartpole_without_velocities() -> None:
         novel.close()
 
 
+# -- SEED RL: the server's state per env ----------------------------------------------------
+@pytest.mark.parametrize("prev", [False, True])
+def test_seed_server_answers_each_env_as_a_loop_over_its_own_state(prev: bool) -> None:
+    """Two actors of three envs, answered in batches of every composition (one actor, both,
+    either order) over 12 steps with episode starts and a restarted actor: each env's logits
+    equal a step-by-step loop of the model over that env's observations alone."""
+    from actors.batched_policy import BatchedPolicy, request_schema
+    from actors.core_states import CoreStates
+
+    model, E, actors = _model(prev, seed=3), 3, [1, 2]
+    spec = env_spec(ENV)
+    states = CoreStates(model, actors, E)
+    policy = BatchedPolicy(model, torch.device("cpu"), seed=0)
+    rng = np.random.default_rng(0)
+    ref = {(a, e): (model.initial_state(1), 0) for a in actors for e in range(E)}
+    orders = [[1, 2], [2, 1], [1], [2]]
+    for step in range(12):
+        order = orders[step % 4]
+        reqs = []
+        for a in order:
+            req = request_schema(spec, E).new()
+            req["obs"][:] = rng.normal(size=(E, 2))
+            req["valid"][:] = rng.random(E) > 0.3
+            req["rewards"][:] = rng.normal(size=E)
+            req["first"][...] = step < 2 or (a == 2 and step == 7)  # actor 2 restarts
+            reqs.append(req)
+        actions, logits, _, _ = states.answer(policy, order, reqs)
+        for i, (a, req) in enumerate(zip(order, reqs, strict=True)):
+            for e in range(E):
+                state, pa = ref[a, e]
+                first = bool(req["first"]) or not bool(req["valid"][e])
+                with torch.no_grad():
+                    lg, _, state = model(torch.as_tensor(req["obs"][e:e + 1]), state,
+                                         torch.tensor([first]), torch.tensor([pa]),
+                                         torch.tensor([float(req["rewards"][e])]))
+                np.testing.assert_allclose(logits[i * E + e], lg[0].numpy(), rtol=1e-5,
+                                           atol=1e-6)
+                assert states.before[a]["first0"][e] == first
+                ref[a, e] = (state, int(actions[i * E + e]))  # the previous action
+
+
 # -- (c) runs -------------------------------------------------------------------------------
 RUN = ["--env", ENV, "--core", "lstm:32", "--total-steps", "3000", "--envs-per-actor", "4",
        "--quiet", "--no-tensorboard", "--seed", "1"]
@@ -226,18 +271,30 @@ def test_run_embedded(tmp_path: Path, argv: list[str]) -> None:
         assert out["episodes"] == 2 and all(n > 0 for n in out["episode_lengths"]), out
 
 
-def test_run_under_mpiexec(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["impala", "seed"])
+def test_run_under_mpiexec(tmp_path: Path, arch: str) -> None:
     d = tmp_path / "run"
-    job = run_mpi(3, ["-m", "archzoo", "run", "impala", *RUN, "--run-dir", str(d)],
+    job = run_mpi(3, ["-m", "archzoo", "run", arch, *RUN, "--run-dir", str(d)],
                   timeout_s=120)
     assert job.returncode == 0, describe(job)
     _check(d, "mpi", 3)
 
 
-def test_run_under_torchrun(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["impala", "seed"])
+def test_run_under_torchrun(tmp_path: Path, arch: str) -> None:
     d = tmp_path / "run"
-    torchrun(3, "run", "impala", *RUN, "--run-dir", str(d), timeout=120)
+    torchrun(3, "run", arch, *RUN, "--run-dir", str(d), timeout=120)
     _check(d, "gloo", 3)
+
+
+def test_seed_runs_in_one_process_and_its_policy_is_evaluated(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    r = cli("run", "seed", "--actors", "0", "--core-prev-action-reward", *RUN,
+            "--run-dir", str(d))
+    assert r.returncode == 0, r.stdout + r.stderr
+    _check(d, "none", 1)
+    ev = cli("eval", str(d), "--episodes", "1")
+    assert ev.returncode == 0 and json.loads(ev.stdout)["episodes"] == 1, ev.stderr
 
 
 # -- (d) bad flags ----------------------------------------------------------------------------
@@ -246,11 +303,12 @@ def test_run_under_torchrun(tmp_path: Path) -> None:
     (["--core", "lstm:0"], "--core 'lstm:0'"),
     (["--core", "lstm:big"], "--core 'lstm:big'"),
     (["--core-prev-action-reward"], "add --core lstm"),
-    (["--core", "lstm", "--record-video", "5"], "--record-video with --core lstm"),
 ])
-def test_bad_core_exits_2_with_one_line(argv: list[str], needle: str, capsys) -> None:
+@pytest.mark.parametrize("arch", ["impala", "seed"])
+def test_bad_core_exits_2_with_one_line(arch: str, argv: list[str], needle: str,
+                                        capsys) -> None:
     from archzoo.cli import main
 
-    assert main(["run", "impala", *argv]) == 2
+    assert main(["run", arch, *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("archzoo: error:") and needle in err[0], err

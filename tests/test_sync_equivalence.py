@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from actors.core_states import CoreStates
 from actors.remote import SeedActor
 from actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec
@@ -205,15 +206,19 @@ class LockstepClient:
         return self.rep
 
 
-def seed_reference(hp: dict) -> tuple[Learner, Tally, int]:
+def seed_reference(hp: dict, env: str = ENV,
+                   core: tuple[int, bool] = (0, False)) -> tuple[Learner, Tally, int]:
     """Sequential sync SEED: each round one batch holds every actor's request in rank order
     (one forward pass, Gumbel-max sampling over the whole batch); each answered step grows
     that actor's unroll; once every actor has a complete unroll the learner takes one V-trace
     step on them in rank order (before the next batch is answered); then every actor steps
     its envs with its actions. Stops when the valid env steps reach the budget; returns the
-    learner, the tally and the number of batches answered."""
-    spec = env_spec(ENV)
-    learner = _learner(hp, spec)
+    learner, the tally and the number of batches answered. ``core``: the recurrent core's
+    (size, previous action and reward), every env answered from its own state
+    (actors/core_states.py), each unroll opened with the state of its first step."""
+    spec = env_spec(env)
+    learner = _learner(hp, spec, core)
+    states = CoreStates(learner.model, ACTORS, hp["envs_per_actor"]) if core[0] else None
     E, T = hp["envs_per_actor"], hp["unroll_length"]
     policy = BatchedPolicy(learner.model, learner.device, hp["seed"],
                            version_of=lambda: learner.version)
@@ -221,15 +226,19 @@ def seed_reference(hp: dict) -> tuple[Learner, Tally, int]:
     clients = [LockstepClient(req_s, rep_s) for _ in ACTORS]
     actors = [SeedActor(spec, E, c, _actor_seed(hp["seed"], r))
               for c, r in zip(clients, ACTORS, strict=True)]
-    u_schema = unroll_schema(spec, T, E)
+    u_schema = unroll_schema(spec, T, E, *core)
     builders = [UnrollBuilder(u_schema, T) for _ in ACTORS]
     complete: list = []
     tally = Tally()
     batches = 0
     try:
         while True:
-            obs = np.concatenate([c.req["obs"] for c in clients])
-            actions, logits, values, version = policy.forward(obs)
+            if states is None:
+                obs = np.concatenate([c.req["obs"] for c in clients])
+                actions, logits, values, version = policy.forward(obs)
+            else:
+                actions, logits, values, version = states.answer(
+                    policy, ACTORS, [c.req for c in clients])
             batches += 1
             for i, (c, b) in enumerate(zip(clients, builders, strict=True)):
                 rows = slice(i * E, (i + 1) * E)
@@ -237,7 +246,8 @@ def seed_reference(hp: dict) -> tuple[Learner, Tally, int]:
                 c.rep["values"][:], c.rep["version"][...] = values[rows], version
                 if not bool(c.req["first"]):
                     tally.add(c.req["valid"], c.req["ep_returns"][:int(c.req["ep_count"])])
-                unroll = b.add(c.req, c.rep)
+                unroll = b.add(c.req, c.rep,
+                               None if states is None else states.before[ACTORS[i]])
                 if unroll is not None:
                     complete.append(unroll)
             if len(complete) >= len(ACTORS):
@@ -272,3 +282,27 @@ def test_sync_seed_equals_sequential_reference(tmp_path: Path, backend: str) -> 
     _assert_same_params(params, learner.model)
     assert s["final_mean_return"] == tally.mean_return()
 
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_sync_seed_with_a_recurrent_core_equals_sequential_reference(tmp_path: Path,
+                                                                      backend: str) -> None:
+    """``--core lstm:16 --core-prev-action-reward`` on CartPoleNoVel: the server's per-env
+    core states and the unrolls' initial states are the sequential algorithm's, bit for
+    bit."""
+    env, core = "archzoo/CartPoleNoVel-v1", (16, True)
+    hp = dict(HP, total_steps=2000)
+    s, params = _run(tmp_path, "seed", backend, hp,
+                     ("--env", env, "--core", "lstm:16", "--core-prev-action-reward"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        learner, tally, batches = seed_reference(hp, env, core)
+    finally:
+        torch.set_num_threads(threads)
+    assert s["inference"]["batches"] == batches
+    assert s["learner_updates"] == learner.version > 10
+    assert (s["env_steps"], s["episodes"]) == (tally.steps, len(tally.returns))
+    assert any(k.startswith("core.") for k in params)
+    _assert_same_params(params, learner.model)
+    assert s["final_mean_return"] == tally.mean_return()

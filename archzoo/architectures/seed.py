@@ -29,9 +29,9 @@ from typing import Any
 
 from actors.action_log import ActionLog, catch_up
 from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from actors.core_states import CoreStates
 from actors.inference import InferenceServer, inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
-from actors.unroll import unroll_schema
 from archzoo import builders, harness
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
@@ -51,8 +51,10 @@ def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
     and the action log), and the policy that answers requests."""
     learner = builders.vtrace_learner(cfg, spec)
     log = ActionLog(spec.num_actions) if cfg.mode == "sync" or actors == [0] else None
-    sl = SeedLearner(learner, unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor),
-                     cfg.unroll_length, actors, cfg.batch_unrolls, mon, log)
+    states = CoreStates(learner.model, actors, cfg.envs_per_actor) \
+        if builders.core(cfg)[0] else None  # --core lstm: each env's state on the server
+    sl = SeedLearner(learner, builders.unrolls(cfg, spec), cfg.unroll_length, actors,
+                     cfg.batch_unrolls, mon, log, states)
     return sl, BatchedPolicy(learner.model, learner.device, cfg.seed,
                              version_of=lambda: learner.version)
 
@@ -72,7 +74,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                                (sl.learner.model, builders.policy_meta(cfg, spec)))
     E = cfg.envs_per_actor
     client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
-                               new_run_id(0), on_answer=sl.on_answer)
+                               new_run_id(0), on_answer=sl.on_answer, states=sl.states)
     actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, 0))
     actor.fast_forward(sl.actions_to_replay().actions(0), spec.num_actions)  # if resumed
     stop = None
@@ -110,7 +112,8 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
                                  cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
                                  harness.TAG_INFER_REPLY, mode=cfg.mode, on_answer=sl.on_answer,
-                                 on_drop=lambda _, e: run.survivors.drop(e, "inference"))
+                                 on_drop=lambda _, e: run.survivors.drop(e, "inference"),
+                                 states=sl.states)
         run.mon.extra = server.stats.window
         run.on_stop(server.drop_pending, outstanding=lambda: server.flush())
         backoff = Backoff(t.idle, t.spin_s)  # the learner has nothing else to do: spin first

@@ -1,0 +1,74 @@
+"""The recurrent state a central inference server keeps for every env of every actor.
+
+In SEED RL (Espeholt et al., ICLR 2020, §3) actors hold no model, so the learner that
+answers their steps also holds the recurrent agent's core state: one per env of every
+actor, carried from one answered step to the next, reset where an episode starts (the
+request's ``valid`` is False: the step that produced the observation was the autoreset
+step) and where an actor starts (its first request). Each unroll then starts with the
+state its first step was answered from, as an IMPALA actor records it
+(actors/unroll.py ``unroll_schema``'s core fields), so the V-trace learner replays the core
+over SEED's unrolls as it does over IMPALA's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from archzoo.messages import Message
+
+__all__ = ["CoreStates"]
+
+
+class CoreStates:
+    """One core state ``(h, c)``, previous action and previous reward per env of every actor
+    in ``actors`` (E envs each), on the CPU; :meth:`answer` runs one batched step."""
+
+    def __init__(self, model: torch.nn.Module, actors: list[int], num_envs: int) -> None:
+        self.prev_action_reward = bool(model.prev_action_reward)
+        h, c = model.initial_state(num_envs)
+        self.h = {a: h.clone() for a in actors}
+        self.c = {a: c.clone() for a in actors}
+        self.prev_action = {a: torch.zeros(num_envs, dtype=torch.int64) for a in actors}
+        # the inputs of each actor's last answered step: where an unroll that starts there
+        # begins (core_h0, core_c0, first0, prev_action0, prev_reward0)
+        self.before: dict[int, dict[str, np.ndarray]] = {}
+
+    def _inputs(self, actor: int, req: Message) -> tuple[torch.Tensor, ...]:
+        E = self.h[actor].shape[0]
+        if bool(req["first"]):  # a new actor incarnation: nothing carries over
+            first = torch.ones(E, dtype=torch.bool)
+        else:  # x_t starts an episode when step t-1 was the autoreset step
+            first = torch.from_numpy(~req["valid"])
+        prev_reward = torch.from_numpy(np.array(req["rewards"], np.float32))
+        h, c, pa = self.h[actor], self.c[actor], self.prev_action[actor]
+        self.before[actor] = {"core_h0": h.numpy(), "core_c0": c.numpy(),
+                              "first0": first.numpy(), "prev_action0": pa.numpy(),
+                              "prev_reward0": prev_reward.numpy()}
+        return h, c, first, pa, prev_reward
+
+    def answer(self, policy: Any, actors: list[int], reqs: list[Message]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """One forward pass over the requests of ``actors`` (rows in that order), each env
+        from its own state; the states move past the answered step. Returns what
+        ``BatchedPolicy.forward`` returns: actions, logits, values, version."""
+        ins = [self._inputs(a, r) for a, r in zip(actors, reqs, strict=True)]
+        h, c, first, pa, pr = (torch.cat(x) for x in zip(*ins, strict=True))
+        obs = reqs[0]["obs"] if len(reqs) == 1 else np.concatenate([r["obs"] for r in reqs])
+        actions, logits, values, version, (h2, c2) = policy.forward_recurrent(
+            obs, (h, c), first, pa if self.prev_action_reward else None,
+            pr if self.prev_action_reward else None)
+        row = 0
+        for a in actors:
+            n = self.h[a].shape[0]
+            self.h[a], self.c[a] = h2[row:row + n], c2[row:row + n]
+            self.prev_action[a] = torch.as_tensor(actions[row:row + n], dtype=torch.int64)
+            row += n
+        return actions, logits, values, version
+
+    def drop(self, actor: int) -> None:
+        """Forget an actor whose process died."""
+        for d in (self.h, self.c, self.prev_action, self.before):
+            d.pop(actor, None)
