@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from archzoo.extras import require
+
 ATARI_DEFAULTS: dict[str, Any] = {
     "repeat_action_probability": 0.25, "noop_max": 30, "frameskip": 4, "maxpool": True,
     "img_height": 84, "img_width": 84, "grayscale": True, "stack_num": 4,
@@ -101,20 +103,21 @@ def _gym(env_id: str = ""):
 
     register_synthetic()
     register_memory_envs()
+    name = _name(env_id)
+    if name.startswith("ALE/"):
+        require("atari", f"--env {env_id}")
     try:
         import ale_py
 
         gym.register_envs(ale_py)
     except ImportError:
         pass
-    if env_id.startswith("MinAtar/"):
-        try:
-            import minatar.gym
+    if name.startswith("MinAtar/"):
+        require("minatar", f"--env {env_id}")
+        import minatar.gym
 
-            if "MinAtar/Breakout-v1" not in gym.registry:
-                minatar.gym.register_envs()
-        except ImportError:
-            pass
+        if "MinAtar/Breakout-v1" not in gym.registry:
+            minatar.gym.register_envs()
     return gym
 
 

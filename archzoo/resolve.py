@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import importlib.util
 import json
 import os
 import time
@@ -37,6 +36,7 @@ from archzoo.architectures import names as arch_names
 from archzoo.comm.factory import detect_launch
 from archzoo.config import Rules, RunConfig, flag_fields, flag_name
 from archzoo.errors import UsageError
+from archzoo.extras import require
 from archzoo.model_shapes import MODELS, check_builtin
 from archzoo.spawn import find_mpiexec
 
@@ -377,10 +377,10 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
                              "place)")
         launch = launch.servers_last(world - cfg.actors)
     if cfg.backend == "mpi":
-        if importlib.util.find_spec("mpi4py") is None:
-            raise UsageError("--backend mpi: mpi4py is not installed (pip install mpi4py mpich)")
+        require("mpi", "--backend mpi")
         if not launch.under_launcher and world > 1 and find_mpiexec() is None:
-            raise UsageError("--backend mpi: mpiexec not found (pip install mpich)")
+            raise UsageError("--backend mpi: mpiexec not found (pip install "
+                             "'archzoo[mpi]': the mpich wheel brings one)")
     if cfg.device == "cuda":
         import torch
 

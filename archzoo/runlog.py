@@ -154,9 +154,16 @@ class RunDir:
             self._csv.writeheader()
         self._tb = None  # TensorBoard (torch.utils.tensorboard), unless --no-tensorboard
         if config.get("tensorboard"):
-            from torch.utils.tensorboard import SummaryWriter
+            from archzoo.extras import missing
 
-            self._tb = SummaryWriter(log_dir=str(self.path / "tensorboard"))
+            if missing("tensorboard"):  # the default is on: say why there is none, go on
+                print("archzoo: no tensorboard/ event files: TensorBoard is archzoo's "
+                      "tensorboard extra (pip install 'archzoo[tensorboard]'; "
+                      "--no-tensorboard hides this line)", file=sys.stderr, flush=True)
+            else:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(log_dir=str(self.path / "tensorboard"))
 
     def metrics_row(self, row: dict[str, Any]) -> None:
         self._csv.writerow(row)

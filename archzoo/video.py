@@ -153,6 +153,9 @@ def _play(policy: Any, spec: Any, episodes: int, seed: int, video: Path | None,
 
 def _writer(path: Path, fps: float) -> Any:
     """imageio's ffmpeg writer of ``path`` (H.264 for .mp4)."""
+    from archzoo.extras import require
+
+    require("video", "a video")
     import imageio.v2 as imageio
 
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,9 @@ from archzoo.comm.errors import PeerFailure
 
 
 def _mpi():
+    from archzoo.extras import require
+
+    require("mpi", "the MPI engine (--backend mpi, a run under mpiexec)")
     import mpi4py
 
     mpi4py.rc.thread_level = "funneled"
