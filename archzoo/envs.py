@@ -213,8 +213,8 @@ def gym_spec(env_id: str, imports: tuple[str, ...] | str = ()) -> Any:
         if known is not None:  # ale-py or MinAtar is installed: the id is misspelt
             raise EnvError(f"unknown environment {env_id!r}: {_close_ids(name, known)}"
                            ) from None
-        hint = " (pip install ale-py)" if is_atari(name) else \
-            " (pip install minatar)" if name.startswith("MinAtar/") else \
+        hint = " (pip install 'archzoo[atari]')" if is_atari(name) else \
+            " (pip install 'archzoo[minatar]')" if name.startswith("MinAtar/") else \
             f" (module {module!r} was imported but registers no such id)" if colon else \
             " (a module of yours registers it? --env module:Id or --env-import module)"
         raise EnvError(f"unknown environment {env_id!r}: {e}{hint}") from None

@@ -9,7 +9,13 @@ the velocities from consecutive observations (partially observed CartPole is a s
 of recurrent agents). Vectorised, it is CartPole's own numpy batch of envs (next-step
 autoreset) with the two columns taken out.
 
-Importing this module registers the id (:func:`register_memory_envs`, idempotent); so does
+``archzoo/BreakoutNoTrail-v1`` is MinAtar's Breakout (Young & Tian 2019) without its
+``trail`` channel: the grid shows the paddle, the ball and the bricks, but no longer where
+the ball was a step before, so one observation does not say which way the ball moves; the
+feed-forward agents that MinAtar's Breakout is easy for must now remember. Rewards and
+episodes are MinAtar's (it needs archzoo's minatar extra).
+
+Importing this module registers the ids (:func:`register_memory_envs`, idempotent); so does
 every archzoo process before it makes an env (archzoo/envs.py).
 """
 
@@ -67,8 +73,46 @@ def make_cartpole_novel_vector(num_envs: int = 1, max_episode_steps: int = 500,
                                               max_episode_steps=max_episode_steps, **kwargs))
 
 
+BREAKOUT_NOTRAIL_ID = "archzoo/BreakoutNoTrail-v1"
+
+
+class DropChannels(gym.ObservationWrapper):
+    """A MinAtar env without some of its channels (by name: MinAtar's ``channels``)."""
+
+    def __init__(self, env: gym.Env, drop: tuple[str, ...]) -> None:
+        super().__init__(env)
+        channels = env.unwrapped.game.env.channels  # name -> index
+        unknown = set(drop) - set(channels)
+        if unknown:
+            raise ValueError(f"no channel {sorted(unknown)} in {sorted(channels)}")
+        self.keep = [i for n, i in sorted(channels.items(), key=lambda c: c[1])
+                     if n not in drop]
+        h, w, _ = env.observation_space.shape
+        self.observation_space = spaces.Box(0, 1, (h, w, len(self.keep)),
+                                            env.observation_space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[..., self.keep]
+
+
+def make_breakout_notrail(**kwargs: Any) -> gym.Env:
+    """Entry point of ``archzoo/BreakoutNoTrail-v1``: MinAtar Breakout, trail removed."""
+    from archzoo.extras import require
+
+    require("minatar", f"--env {BREAKOUT_NOTRAIL_ID}")
+    import minatar.gym
+
+    if "MinAtar/Breakout-v1" not in gym.registry:
+        minatar.gym.register_envs()
+    return DropChannels(gym.make("MinAtar/Breakout-v1", **kwargs), ("trail",))
+
+
 def register_memory_envs() -> None:
-    """Register ``archzoo/CartPoleNoVel-v1`` with gymnasium (idempotent)."""
+    """Register ``archzoo/CartPoleNoVel-v1`` and ``archzoo/BreakoutNoTrail-v1`` with
+    gymnasium (idempotent)."""
+    if BREAKOUT_NOTRAIL_ID not in gym.registry:
+        gym.register(id=BREAKOUT_NOTRAIL_ID,
+                     entry_point="archzoo.memory_envs:make_breakout_notrail")
     if CARTPOLE_NOVEL_ID in gym.registry:
         return
     gym.register(id=CARTPOLE_NOVEL_ID, entry_point="archzoo.memory_envs:make_cartpole_novel",

@@ -199,6 +199,33 @@ def test_cartpole_novel_is_cartpole_without_velocities() -> None:
         novel.close()
 
 
+def test_breakout_notrail_is_minatar_breakout_without_its_trail() -> None:
+    from archzoo.memory_envs import BREAKOUT_NOTRAIL_ID
+
+    spec = env_spec(BREAKOUT_NOTRAIL_ID)
+    assert (spec.obs_shape, spec.obs_dtype) == ((10, 10, 3), "|b1") and spec.image
+    full = make_vector_env("MinAtar/Breakout-v1", 3)
+    notrail = make_vector_env(BREAKOUT_NOTRAIL_ID, 3)
+    try:
+        o1, _ = full.reset(seed=5)
+        o2, _ = notrail.reset(seed=5)
+        keep = [0, 1, 3]  # paddle, ball, brick of [paddle, ball, trail, brick]
+        assert np.array_equal(o1[..., keep], o2)
+        rng = np.random.default_rng(1)
+        trail_seen = False
+        for _ in range(300):  # through episode ends and autoresets
+            a = rng.integers(0, spec.num_actions, 3)
+            s1, s2 = full.step(a), notrail.step(a)
+            assert np.array_equal(s1[0][..., keep], s2[0])
+            trail_seen |= bool(s1[0][..., 2].any())
+            for x, y in zip(s1[1:4], s2[1:4], strict=True):
+                assert np.array_equal(x, y)
+        assert trail_seen  # the channel that was removed held something
+    finally:
+        full.close()
+        notrail.close()
+
+
 # -- SEED RL: the server's state per env ----------------------------------------------------
 @pytest.mark.parametrize("prev", [False, True])
 def test_seed_server_answers_each_env_as_a_loop_over_its_own_state(prev: bool) -> None:
