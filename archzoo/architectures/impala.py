@@ -26,7 +26,7 @@ import numpy as np
 from actors.action_log import ActionLog, catch_up
 from actors.unroll import TIMING, UnrollActor
 from archzoo import builders, harness
-from archzoo.comm import ControlChannel, Message
+from archzoo.comm import Message
 from archzoo.comm.sender import SendWindow
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -99,11 +99,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+    """An actor: collect an unroll with the newest parameters, send it, repeat (sync: wait
+    for the parameters the unroll produced)."""
     cfg, t = ctx.cfg, ctx.transport
-    root = 0
     model = builders.actor_critic(cfg, spec)  # its weights come from rank 0
     u_schema, p_schema, digests = schemas(cfg, spec, model)
-    control = ControlChannel(t, [root], harness.TAG_CONTROL)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,
                         harness.actor_seed(cfg.seed, ctx.rank))
 
@@ -111,49 +111,42 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
         set_flat(model, msg["params"])
         actor.version = int(msg["version"])
 
-    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, root, load, harness.TAG_PARAMS,
+    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, 0, load, harness.TAG_PARAMS,
                               harness.TAG_TOPOLOGY, cfg.mode)
-    harness.handshake_leaf(control, root, digests, cfg.startup_timeout)
-    if cfg.mode == "sync":  # a resumed run's actor takes its logged steps again
-        catch_up(t, actor, root, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
-    lc = harness.LeafControl(control, root)
-    # --max-inflight unrolls sent and not yet taken by the learner (sync: two, collect one
-    # while the other is on the wire; the round's parameters pace the actor anyway)
-    out = SendWindow(t, u_schema, root, harness.TAG_UNROLL, "unroll",
-                     cfg.max_inflight if cfg.mode == "async" else 2)
-    comm = Timers()
-    params.next(cfg.startup_timeout)
-    asynchronous = cfg.mode == "async"
+    asynchronous, comm = cfg.mode == "async", Timers()
+    with harness.leaf(ctx, digests) as link:
+        if not asynchronous:  # a resumed run's actor takes its logged steps again
+            catch_up(t, actor, 0, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
+        # --max-inflight unrolls sent and not yet taken by the learner (sync: two, collect one
+        # while the other is on the wire; the round's parameters pace the actor anyway)
+        out = SendWindow(t, u_schema, 0, harness.TAG_UNROLL, "unroll",
+                         cfg.max_inflight if asynchronous else 2)
+        link.on_stop(lambda: out.flush(on_poll=params.take_newest),
+                     stats=lambda: {"timing": {"env": actor.env_s, "inference": actor.inference_s,
+                                               "comm": comm.s.get("comm", 0.0)},
+                                    "env_steps": actor.env_steps, "episodes": actor.episodes,
+                                    "params": params.stats()},
+                     drain=params.take_newest, settle=params.settle)
+        params.next(cfg.startup_timeout)
 
-    def poll() -> None:
-        lc.raise_if_stopped()
-        params.drain()
+        def poll() -> None:
+            link.raise_if_stopped()
+            params.drain()
 
-    try:
         while True:
-            lc.raise_if_stopped()
+            link.raise_if_stopped()
             with comm("comm"):
-                buf = out.next(on_poll=poll if asynchronous else lc.raise_if_stopped)
+                buf = out.next(on_poll=poll if asynchronous else link.raise_if_stopped)
                 if asynchronous:  # every unroll starts with the newest published version
                     params.take_newest()
             actor.collect(buf, on_step=params.drain if asynchronous else None)
             with comm("comm"):
                 out.send()
-            if cfg.mode == "sync":  # the parameters this unroll produced (or STOP)
+            if not asynchronous:  # the parameters this unroll produced (or STOP)
                 expected = actor.version + 1
-                if params.next(on_poll=lc.raise_if_stopped) == STOP_VERSION:
+                if params.next(on_poll=link.raise_if_stopped) == STOP_VERSION:
                     raise harness.StopRequested
                 if actor.version != expected:
                     raise RuntimeError(f"rank {ctx.rank}: expected parameters version "
                                        f"{expected}, got {actor.version}")
-    except harness.StopRequested:
-        pass
-    lc.stopped = True
-    out.flush(on_poll=params.take_newest)
-    stats = harness.leaf_stats(t, {"env": actor.env_s, "inference": actor.inference_s,
-                                   "comm": comm.s.get("comm", 0.0)},
-                               env_steps=actor.env_steps, episodes=actor.episodes,
-                               params=params.stats())
-    harness.finish_leaf(ctx, control, lc, root, stats, drain=params.take_newest,
-                        settle=params.settle)
     actor.close()
