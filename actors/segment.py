@@ -23,13 +23,12 @@ T+1 observations (obs[T] starts the next segment), and the episodes that finishe
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from actors.base import EnvActor
+from actors.unroll import UnrollActor
 from archzoo.envs import EnvSpec
 
 __all__ = ["Segment", "SegmentActor"]
@@ -47,6 +46,9 @@ class Segment:
     valid: np.ndarray       # [T, E] bool, False on autoreset steps (not transitions)
     ep_returns: np.ndarray  # [n] float32, episodes that finished in this segment, in order
     ep_lengths: np.ndarray  # [n] int32
+    # a recurrent model's start (actors/unroll.py UnrollActor.core_start): core_h0, core_c0,
+    # first0, prev_action0, prev_reward0, [E, ...]; None for a feed-forward one
+    core: dict[str, np.ndarray] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -54,8 +56,9 @@ class Segment:
         return int(self.valid.sum())
 
 
-class SegmentActor(EnvActor):
-    """E envs stepped with ``model`` (the actor-learner's θ′); carries state across segments.
+class SegmentActor(UnrollActor):
+    """E envs stepped with ``model`` (the actor-learner's θ′); carries state across segments
+    (with a recurrent model, its core states too, as IMPALA's actor does).
 
     The caller loads θ′ into ``model`` (e.g. archzoo.nets.set_flat from the parameter server)
     before :meth:`collect`; actions are sampled from softmax(logits) of that model.
@@ -65,18 +68,11 @@ class SegmentActor(EnvActor):
                  model: torch.nn.Module, seed: int) -> None:
         if t_max < 1 or num_envs < 1:
             raise ValueError(f"t_max and num_envs must be >= 1, got {t_max}, {num_envs}")
-        super().__init__(spec, num_envs, seed)
-        self.T = t_max
-        self.model = model
+        super().__init__(spec, num_envs, t_max, model, seed)
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:  # type: ignore[override]
         """Sample a ~ π(·|obs; θ′) for every env."""
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            logits, _ = self.model(torch.as_tensor(obs))
-        actions = self.sample(logits.float().numpy())
-        self.inference_s += time.perf_counter() - t0
-        return actions.astype(np.int64)
+        return super().act(obs)[0].astype(np.int64)
 
     def collect(self) -> Segment:
         """The next t_max steps of every env, as a fresh :class:`Segment`."""
@@ -90,9 +86,12 @@ class SegmentActor(EnvActor):
         ep_returns: list[np.ndarray] = []
         ep_lengths: list[np.ndarray] = []
         obs[0] = self.obs
+        core = self.core_start() if self.recurrent else None
         for t in range(T):
             actions[t] = self.act(obs[t])
             s = self.step_envs(actions[t].copy())
+            if self.recurrent:
+                self.core_step_taken(actions[t], s)
             valid[t] = s.valid
             rewards[t] = s.reward
             terminated[t] = s.terminated
@@ -105,5 +104,5 @@ class SegmentActor(EnvActor):
             obs=obs, actions=actions, rewards=rewards, terminated=terminated,
             truncated=truncated, valid=valid,
             ep_returns=np.concatenate(ep_returns).astype(np.float32),
-            ep_lengths=np.concatenate(ep_lengths).astype(np.int32),
+            ep_lengths=np.concatenate(ep_lengths).astype(np.int32), core=core,
         )

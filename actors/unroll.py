@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from actors.base import EnvActor
+from actors.base import EnvActor, EnvStep
 from archzoo.envs import EnvSpec
 from archzoo.messages import Schema
 
@@ -100,6 +100,22 @@ class UnrollActor(EnvActor):
         self.prev_action = np.zeros(self.E, np.int64)
         self.prev_reward = np.zeros(self.E, np.float32)
 
+    def core_start(self) -> dict[str, np.ndarray]:
+        """Where a replay of the core over the next steps starts (copies): the state before
+        the next observation (not yet reset), ``first0``, and the previous action and
+        reward (:func:`unroll_schema`'s core fields)."""
+        return {"core_h0": self.core_state[0].numpy().copy(),
+                "core_c0": self.core_state[1].numpy().copy(), "first0": self.first.copy(),
+                "prev_action0": self.prev_action.copy(),
+                "prev_reward0": self.prev_reward.copy()}
+
+    def core_step_taken(self, actions: np.ndarray, s: EnvStep) -> None:
+        """After a step: the next observation starts an episode where this step was the
+        autoreset step; the step's action and reward are the next step's previous ones."""
+        self.first = ~s.valid
+        self.prev_action = np.asarray(actions, np.int64)
+        self.prev_reward = s.reward.astype(np.float32)
+
     def fast_forward(self, actions: np.ndarray, num_actions: int) -> None:
         super().fast_forward(actions, num_actions)
         if self.recurrent and len(actions):
@@ -129,19 +145,14 @@ class UnrollActor(EnvActor):
         n_ep = 0
         obs[0] = self.obs
         if self.recurrent:  # where the learner's replay of the core starts
-            msg["core_h0"][:] = self.core_state[0].numpy()
-            msg["core_c0"][:] = self.core_state[1].numpy()
-            msg["first0"][:] = self.first
-            if "prev_action0" in msg:
-                msg["prev_action0"][:] = self.prev_action
-                msg["prev_reward0"][:] = self.prev_reward
+            for k, v in self.core_start().items():
+                if k in msg:
+                    msg[k][:] = v
         for t in range(self.T):
             actions, logits = self.act(obs[t])
             s = self.step_envs(actions)
-            if self.recurrent:  # after the autoreset step comes an episode's first obs
-                self.first = ~s.valid
-                self.prev_action = np.asarray(actions, np.int64)
-                self.prev_reward = s.reward.astype(np.float32)
+            if self.recurrent:
+                self.core_step_taken(actions, s)
             msg["valid"][t] = s.valid
             msg["actions"][t] = actions
             msg["behaviour_logits"][t] = logits

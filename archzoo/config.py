@@ -289,6 +289,18 @@ class InferenceConfig(VTraceConfig):
                "schedule (inference is central; actors hold no policy); use --topology star")
 
 
+def _prev_action_reward_opt() -> Any:
+    return opt(False, "--core lstm: feed the core the previous action (one-hot) and reward "
+               "too, as the IMPALA and R2D2 papers' agents", group="environment and model")
+
+
+def _check_core(cfg: Any, r: Rules) -> None:
+    try:
+        core_size(cfg.core, cfg.hidden)
+    except ValueError as e:
+        r.need(False, str(e))
+
+
 @dataclass(frozen=True)
 class A2CRunConfig(RunConfig):
     """n-step advantage actor-critic segments (A3C, A2C, GALA)."""
@@ -300,9 +312,18 @@ class A2CRunConfig(RunConfig):
     entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
     max_grad_norm: float = opt(0.5, "gradient-norm clip", group="learner")
     hidden: int = opt(64, "MLP width", group="learner")
+    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
+                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
+                    "paper's agent; each actor-learner keeps its envs' states and every "
+                    "segment's gradient unrolls the core from its initial state",
+                    group="environment and model")
+    core_prev_action_reward: bool = _prev_action_reward_opt()
 
     def check(self, r: Rules) -> None:
         super().check(r)
+        _check_core(self, r)
+        r.need(not self.core_prev_action_reward or self.core != "none",
+               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
         r.at_least(self, "t_max", 1)
         r.positive(self, "lr")
         r.within(self, "gamma", 0.0, 1.0)
@@ -314,18 +335,6 @@ class A2CRunConfig(RunConfig):
 
 
 # -- the architectures ----------------------------------------------------------------------
-
-
-def _prev_action_reward_opt() -> Any:
-    return opt(False, "--core lstm: feed the core the previous action (one-hot) and reward "
-               "too, as the IMPALA and R2D2 papers' agents", group="environment and model")
-
-
-def _check_core(cfg: Any, r: Rules) -> None:
-    try:
-        core_size(cfg.core, cfg.hidden)
-    except ValueError as e:
-        r.need(False, str(e))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from actors.unroll import core_inputs
+
 __all__ = ["A2CConfig", "a2c_gradient", "a2c_loss", "n_step_returns"]
 
 
@@ -150,14 +152,22 @@ def a2c_gradient(model: nn.Module, segment, cfg: A2CConfig) -> tuple[np.ndarray,
     dtype = params[0].dtype
     obs = torch.as_tensor(np.asarray(segment.obs))  # in its own dtype: the torso converts
     T1, E = obs.shape[:2]
-    logits, values = model(obs.reshape(T1 * E, *obs.shape[2:]))
-    logits = logits.reshape(T1, E, -1)[:-1]
-    values = values.reshape(T1, E)
 
     def t(x) -> Tensor:
         return torch.as_tensor(np.asarray(x))
 
     valid = t(segment.valid).bool()
+    if getattr(model, "recurrent", False):  # the core from the segment's initial state
+        b = {**{k: t(v) for k, v in segment.core.items()}, "valid": valid,
+             "actions": t(segment.actions), "rewards": t(segment.rewards)}
+        x = core_inputs(b)
+        logits, values, _ = model.unroll(obs, (b["core_h0"], b["core_c0"]), x["first"],
+                                         x["prev_action"], x["prev_reward"])
+        logits = logits[:-1]
+    else:
+        logits, values = model(obs.reshape(T1 * E, *obs.shape[2:]))
+        logits = logits.reshape(T1, E, -1)[:-1]
+        values = values.reshape(T1, E)
     returns = n_step_returns(t(segment.rewards).to(dtype), values.detach(),
                              t(segment.terminated), t(segment.truncated), valid, cfg.gamma)
     loss, stats = a2c_loss(logits, values[:-1], t(segment.actions), returns, valid,

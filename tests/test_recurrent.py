@@ -267,6 +267,47 @@ def test_seed_server_answers_each_env_as_a_loop_over_its_own_state(prev: bool) -
                 ref[a, e] = (state, int(actions[i * E + e]))  # the previous action
 
 
+# -- A3C, A2C and GALA: segments ----------------------------------------------------------
+def test_a2c_gradient_replays_the_actors_core_over_each_segment() -> None:
+    """An actor-learner's segments carry their initial core state: unrolling the core over
+    a segment from it gives the logits the actor acted on, across episode ends and from one
+    segment to the next; the gradient reaches the core."""
+    from actors.segment import SegmentActor
+    from learners.a2c import A2CConfig, a2c_gradient
+
+    model = _model(True, seed=5)
+    seen: list[torch.Tensor] = []
+    forward = model.forward
+
+    def recording(*args: object) -> object:
+        out = forward(*args)
+        seen.append(out[0].clone())
+        return out
+
+    model.forward = recording  # type: ignore[method-assign]
+    actor = SegmentActor(env_spec(ENV), 3, 25, model, seed=2)
+    segments = [actor.collect() for _ in range(3)]
+    model.forward = forward  # type: ignore[method-assign]
+    assert not all(seg.valid.all() for seg in segments)  # episodes end inside
+    for k, seg in enumerate(segments):
+        b = {**{n: torch.as_tensor(v) for n, v in seg.core.items()},
+             "valid": torch.as_tensor(seg.valid), "actions": torch.as_tensor(seg.actions),
+             "rewards": torch.as_tensor(seg.rewards)}
+        x = core_inputs(b)
+        with torch.no_grad():
+            logits, _, _ = model.unroll(torch.as_tensor(seg.obs), (b["core_h0"], b["core_c0"]),
+                                        x["first"], x["prev_action"], x["prev_reward"])
+        acted = torch.stack(seen[25 * k:25 * (k + 1)])
+        torch.testing.assert_close(logits[:-1], acted, rtol=1e-5, atol=1e-6)
+    grad, stats = a2c_gradient(model, segments[0], A2CConfig(max_grad_norm=None))
+    sizes = [p.numel() for p in model.parameters()]
+    names = [n for n, _ in model.named_parameters()]
+    offsets = np.cumsum([0, *sizes])
+    core = [i for i, n in enumerate(names) if n.startswith("core.")]
+    assert all(np.abs(grad[offsets[i]:offsets[i + 1]]).sum() > 0 for i in core)
+    assert np.isfinite(stats["loss"])
+
+
 # -- (c) runs -------------------------------------------------------------------------------
 RUN = ["--env", ENV, "--core", "lstm:32", "--total-steps", "3000", "--envs-per-actor", "4",
        "--quiet", "--no-tensorboard", "--seed", "1"]
@@ -298,7 +339,10 @@ def test_run_embedded(tmp_path: Path, argv: list[str]) -> None:
         assert out["episodes"] == 2 and all(n > 0 for n in out["episode_lengths"]), out
 
 
-@pytest.mark.parametrize("arch", ["impala", "seed"])
+CORE_ARCHS = ["impala", "seed", "a3c", "gala"]  # every actor-critic architecture but GA3C
+
+
+@pytest.mark.parametrize("arch", CORE_ARCHS)
 def test_run_under_mpiexec(tmp_path: Path, arch: str) -> None:
     d = tmp_path / "run"
     job = run_mpi(3, ["-m", "archzoo", "run", arch, *RUN, "--run-dir", str(d)],
@@ -307,7 +351,7 @@ def test_run_under_mpiexec(tmp_path: Path, arch: str) -> None:
     _check(d, "mpi", 3)
 
 
-@pytest.mark.parametrize("arch", ["impala", "seed"])
+@pytest.mark.parametrize("arch", CORE_ARCHS)
 def test_run_under_torchrun(tmp_path: Path, arch: str) -> None:
     d = tmp_path / "run"
     torchrun(3, "run", arch, *RUN, "--run-dir", str(d), timeout=120)
@@ -331,7 +375,7 @@ def test_seed_runs_in_one_process_and_its_policy_is_evaluated(tmp_path: Path) ->
     (["--core", "lstm:big"], "--core 'lstm:big'"),
     (["--core-prev-action-reward"], "add --core lstm"),
 ])
-@pytest.mark.parametrize("arch", ["impala", "seed"])
+@pytest.mark.parametrize("arch", CORE_ARCHS)
 def test_bad_core_exits_2_with_one_line(arch: str, argv: list[str], needle: str,
                                         capsys) -> None:
     from archzoo.cli import main
