@@ -102,16 +102,20 @@ class BatchedPolicy:
         with self.lock:
             self._staged = staged
 
-    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(actions, logits, values, version) for a batch of observations ``[B, *obs]``."""
+    def _current_version(self) -> int:
+        """Under :attr:`lock`: apply staged parameters; the version answering this batch."""
         from archzoo.nets import set_flat
 
+        if self._staged is not None:
+            flat, self.version = self._staged
+            self._staged = None
+            set_flat(self.model, flat)
+        return self.version if self.version_of is None else self.version_of()
+
+    def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(actions, logits, values, version) for a batch of observations ``[B, *obs]``."""
         with self.lock:
-            if self._staged is not None:
-                flat, self.version = self._staged
-                self._staged = None
-                set_flat(self.model, flat)
-            version = self.version if self.version_of is None else self.version_of()
+            version = self._current_version()
             with torch.no_grad():
                 x = torch.from_numpy(obs)
                 if self.device.type != "cpu":
@@ -130,15 +134,9 @@ class BatchedPolicy:
         """:meth:`forward` for a recurrent model (``RecurrentActorCritic``): every row from
         its own core ``state`` (CPU tensors ``[B, H]``, reset where ``first``); also returns
         the state after the step, on the CPU (actors/core_states.py keeps them)."""
-        from archzoo.nets import set_flat
-
         dev = self.device
         with self.lock:
-            if self._staged is not None:
-                flat, self.version = self._staged
-                self._staged = None
-                set_flat(self.model, flat)
-            version = self.version if self.version_of is None else self.version_of()
+            version = self._current_version()
             with torch.no_grad():
                 args = [None if x is None else x.to(dev) for x in (
                     torch.from_numpy(obs), first, prev_action, prev_reward)]

@@ -289,20 +289,31 @@ class InferenceConfig(VTraceConfig):
                "schedule (inference is central; actors hold no policy); use --topology star")
 
 
-def _prev_action_reward_opt() -> Any:
-    return opt(False, "--core lstm: feed the core the previous action (one-hot) and reward "
-               "too, as the IMPALA and R2D2 papers' agents", group="environment and model")
+@dataclass(frozen=True)
+class CoreFlags:
+    """``--core``: a recurrent core between the torso and the heads (the actor-critic
+    architectures but GA3C; R2D2's Q-network)."""
 
+    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
+                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
+                    "paper's agent; its state resets at episode ends and every unroll or "
+                    "segment carries its initial state (SEED RL: the inference server keeps "
+                    "each env's)", group="environment and model")
+    core_prev_action_reward: bool = opt(False, "--core lstm: feed the core the previous "
+                                        "action (one-hot) and reward too, as the IMPALA and "
+                                        "R2D2 papers' agents", group="environment and model")
 
-def _check_core(cfg: Any, r: Rules) -> None:
-    try:
-        core_size(cfg.core, cfg.hidden)
-    except ValueError as e:
-        r.need(False, str(e))
+    def check_core(self, r: Rules) -> None:
+        try:
+            core_size(self.core, getattr(self, "hidden", 0))
+        except ValueError as e:
+            r.need(False, str(e))
+        r.need(not self.core_prev_action_reward or self.core != "none",
+               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
 
 
 @dataclass(frozen=True)
-class A2CRunConfig(RunConfig):
+class A2CRunConfig(RunConfig, CoreFlags):
     """n-step advantage actor-critic segments (A3C, A2C, GALA)."""
 
     t_max: int = opt(5, "steps per segment before a gradient (A3C's t_max)", group="learner")
@@ -312,18 +323,10 @@ class A2CRunConfig(RunConfig):
     entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
     max_grad_norm: float = opt(0.5, "gradient-norm clip", group="learner")
     hidden: int = opt(64, "MLP width", group="learner")
-    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
-                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
-                    "paper's agent; each actor-learner keeps its envs' states and every "
-                    "segment's gradient unrolls the core from its initial state",
-                    group="environment and model")
-    core_prev_action_reward: bool = _prev_action_reward_opt()
 
     def check(self, r: Rules) -> None:
         super().check(r)
-        _check_core(self, r)
-        r.need(not self.core_prev_action_reward or self.core != "none",
-               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
+        self.check_core(r)
         r.at_least(self, "t_max", 1)
         r.positive(self, "lr")
         r.within(self, "gamma", 0.0, 1.0)
@@ -338,25 +341,18 @@ class A2CRunConfig(RunConfig):
 
 
 @dataclass(frozen=True)
-class ImpalaConfig(VTraceConfig):
+class ImpalaConfig(VTraceConfig, CoreFlags):
     """IMPALA: rank 0 learns, ranks 1..N act."""
 
     max_inflight: int = opt(1, "async: unrolls an actor may have sent that the learner has "
                             "not yet taken (1: each unroll starts after the learner took the "
                             "last, with the newest parameters; more: faster actors, more "
                             "policy lag)", group="learner")
-    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
-                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
-                    "paper's agent; its state resets at episode ends and each unroll carries "
-                    "its initial state", group="environment and model")
-    core_prev_action_reward: bool = _prev_action_reward_opt()
 
     def check(self, r: Rules) -> None:
         super().check(r)
         r.at_least(self, "max_inflight", 1)
-        _check_core(self, r)
-        r.need(not self.core_prev_action_reward or self.core != "none",
-               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
+        self.check_core(r)
         r.need(self.topology != "native" or self.mode == "sync",
                "--topology native needs --mode sync: torch.distributed's collectives block "
                "every rank (async IMPALA broadcasts latest-wins over star, tree, butterfly "
@@ -364,20 +360,13 @@ class ImpalaConfig(VTraceConfig):
 
 
 @dataclass(frozen=True)
-class SeedConfig(InferenceConfig):
-    """SEED RL: rank 0 serves inference and learns, ranks 1..N only step envs."""
-
-    core: str = opt("none", "recurrent core between the torso and the heads: none, or "
-                    "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
-                    "paper's agent; the inference server keeps every env's state and each "
-                    "unroll carries its initial state", group="environment and model")
-    core_prev_action_reward: bool = _prev_action_reward_opt()
+class SeedConfig(InferenceConfig, CoreFlags):
+    """SEED RL: rank 0 serves inference and learns, ranks 1..N only step envs (with a core,
+    the inference server keeps every env's state)."""
 
     def check(self, r: Rules) -> None:
         super().check(r)
-        _check_core(self, r)
-        r.need(not self.core_prev_action_reward or self.core != "none",
-               "--core-prev-action-reward feeds the recurrent core: add --core lstm")
+        self.check_core(r)
 
 
 @dataclass(frozen=True)
@@ -486,13 +475,12 @@ class ApexConfig(RunConfig):
 
 
 @dataclass(frozen=True)
-class R2D2Config(ApexConfig):
+class R2D2Config(ApexConfig, CoreFlags):
     """R2D2: Ape-X's roles (rank 0 learns, then the replay shards, then the actors) on
     sequences of a recurrent Q-network (Kapturowski et al. 2019)."""
 
     core: str = opt("lstm", "the recurrent core: lstm[:SIZE], an LSTM of SIZE units "
                     "(default --hidden)", group="environment and model")
-    core_prev_action_reward: bool = _prev_action_reward_opt()
     sequence_length: int = opt(80, "steps per replayed sequence, burn-in included",
                                group="R2D2")
     sequence_overlap: int = opt(40, "steps adjacent sequences share (a new sequence every "
@@ -522,7 +510,7 @@ class R2D2Config(ApexConfig):
 
     def check(self, r: Rules) -> None:
         super().check(r)
-        _check_core(self, r)
+        self.check_core(r)
         r.need(self.core != "none", "r2d2 needs its recurrent core: --core lstm[:SIZE]")
         r.at_least(self, "sequence_length", 2)
         r.need(0 <= self.sequence_overlap < self.sequence_length,

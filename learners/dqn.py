@@ -159,6 +159,7 @@ class DQNConfig:
     max_grad_norm: float = 10.0
     huber_delta: float = 1.0
     optimizer: str = "adam"  # "adam", "rmsprop" (Ape-X's centred RMSProp) or "sgd"
+    adam_eps: float = 1e-5
 
 
 class DQNLearner:
@@ -171,7 +172,8 @@ class DQNLearner:
         self.device = device
         params = self.model.parameters()
         if cfg.optimizer == "adam":
-            self.opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+            self.opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=cfg.lr,
+                                                               eps=cfg.adam_eps)
         elif cfg.optimizer == "rmsprop":  # Horgan et al. 2018, App. C: centred RMSProp
             self.opt = torch.optim.RMSprop(params, lr=cfg.lr, alpha=0.95, eps=1.5e-7,
                                            centered=True)
@@ -207,6 +209,17 @@ class DQNLearner:
         t0 = time.perf_counter()
         b = _as_tensors(batch, self.device)
         loss, q_sa, y = _td_loss(self.model, self.target, b, weights, self.cfg.huber_delta)
+        grad_norm = self.step(loss)
+        td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
+        stats = {**update_stats(loss, q_sa, td, float(grad_norm), weights),
+                 "lr": self.opt.param_groups[0]["lr"]}
+        self.update_s += time.perf_counter() - t0
+        return td, stats
+
+    def step(self, loss: Tensor) -> float:
+        """Backpropagate ``loss``, clip the gradient norm, one optimiser step, count the
+        version; every ``target_update_period`` versions copy online → target. Returns
+        the gradient norm before clipping."""
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
@@ -214,11 +227,7 @@ class DQNLearner:
         self.version += 1
         if self.version % self.cfg.target_update_period == 0:
             self.target.load_state_dict(self.model.state_dict())
-        td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
-        stats = {**update_stats(loss, q_sa, td, float(grad_norm), weights),
-                 "lr": self.opt.param_groups[0]["lr"]}
-        self.update_s += time.perf_counter() - t0
-        return td, stats
+        return float(grad_norm)
 
     @torch.no_grad()
     def td_abs(self, batch: Mapping[str, np.ndarray | Tensor]) -> np.ndarray:

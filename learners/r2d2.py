@@ -19,18 +19,17 @@ stored with the actor's recurrent state at its start (§3, "stored state"):
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from actors.unroll import core_inputs
-from archzoo.nets import RecurrentQNetwork, cpu_optimizer_state, cpu_state_dict
+from archzoo.nets import RecurrentQNetwork
+from learners.dqn import DQNConfig, DQNLearner
 
 SEQUENCE_KEYS = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "first0",
                  "core_h0", "core_c0")
@@ -172,29 +171,17 @@ def initial_sequence_priorities(model: RecurrentQNetwork,
     return sequence_priorities(td.abs(), mask, cfg.eta).cpu().numpy().astype(np.float32)
 
 
-class R2D2Learner:
-    """The online and target recurrent Q-networks and the optimiser (Adam, as R2D2 §2.3)."""
+class R2D2Learner(DQNLearner):
+    """The online and target recurrent Q-networks and the optimiser (Adam with ε 1e-3, as
+    R2D2's Table 2); checkpoints, gradient clipping and target refreshes are the DQN
+    learner's (learners/dqn.py)."""
 
     def __init__(self, model: RecurrentQNetwork, cfg: R2D2LossConfig, lr: float,
                  target_update_period: int, max_grad_norm: float,
                  device: torch.device) -> None:
-        self.model = model.to(device)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.cfg, self.device = cfg, device
-        self.target_update_period, self.max_grad_norm = target_update_period, max_grad_norm
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-3)  # R2D2 Table 2
-        self.version = 0
-        self.update_s = 0.0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": cpu_state_dict(self.model), "target": cpu_state_dict(self.target),
-                "optimizer": cpu_optimizer_state(self.opt), "version": self.version}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.target.load_state_dict(state["target"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.version = int(state["version"])
+        super().__init__(model, DQNConfig(lr=lr, target_update_period=target_update_period,
+                                          max_grad_norm=max_grad_norm, adam_eps=1e-3), device)
+        self.loss_cfg = cfg
 
     def update(self, batch: Mapping[str, np.ndarray | Tensor],
                weights: np.ndarray | Tensor | None = None
@@ -204,17 +191,11 @@ class R2D2Learner:
         t0 = time.perf_counter()
         b = time_major(batch, self.device)
         w = None if weights is None else torch.as_tensor(weights, device=self.device).float()
-        td, mask, q_sa = sequence_td(self.model, self.target, b, self.cfg)
+        td, mask, q_sa = sequence_td(self.model, self.target, b, self.loss_cfg)
         loss = sequence_loss(td, mask, w)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.opt.step()
-        self.version += 1
-        if self.version % self.target_update_period == 0:
-            self.target.load_state_dict(self.model.state_dict())
+        grad_norm = self.step(loss)
         td_abs = td.detach().abs()
-        priorities = sequence_priorities(td_abs, mask, self.cfg.eta).cpu().numpy()
+        priorities = sequence_priorities(td_abs, mask, self.loss_cfg.eta).cpu().numpy()
         valid = td_abs[mask]
         stats = {"loss": float(loss.detach()), "grad_norm": float(grad_norm),
                  "mean_q": float(q_sa.detach()[mask].mean()) if valid.numel() else 0.0,

@@ -170,7 +170,7 @@ def test_the_learner_returns_the_formulas_priorities_and_moves_q_toward_targets(
     assert isinstance(learner, R2D2Learner) and isinstance(learner.model, RecurrentQNetwork)
     b = time_major(seqs, torch.device("cpu"))
     with torch.no_grad():
-        td0, mask, _ = sequence_td(learner.model, learner.target, b, learner.cfg)
+        td0, mask, _ = sequence_td(learner.model, learner.target, b, learner.loss_cfg)
     prio, stats = learner.update(seqs, np.ones(len(seqs["actions"]), np.float32))
     np.testing.assert_allclose(prio, sequence_priorities(td0.abs(), mask, 0.9).numpy(),
                                rtol=1e-5)
@@ -178,7 +178,7 @@ def test_the_learner_returns_the_formulas_priorities_and_moves_q_toward_targets(
     for _ in range(60):
         learner.update(seqs, None)
     with torch.no_grad():
-        td1, _, _ = sequence_td(learner.model, learner.target, b, learner.cfg)
+        td1, _, _ = sequence_td(learner.model, learner.target, b, learner.loss_cfg)
     assert float((td1.abs() * mask).sum()) < 0.5 * float((td0.abs() * mask).sum())
 
 
