@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-ARCHS = ("impala", "seed", "apex", "a3c", "gorila", "ga3c", "gala")
-EPSILON_ARCHS = frozenset({"apex", "gorila"})  # ε-greedy behaviour: greedy eval shown too
+ARCHS = ("impala", "seed", "apex", "a3c", "gorila", "ga3c", "gala", "r2d2")
+EPSILON_ARCHS = frozenset({"apex", "gorila", "r2d2"})  # ε-greedy: greedy eval shown too
 GAMES = ("MinAtar/Breakout-v1", "MinAtar/Asterix-v1", "MinAtar/Freeway-v1",
          "MinAtar/Seaquest-v1", "MinAtar/SpaceInvaders-v1")
 REFERENCE = "single process (impala --actors 0)"
