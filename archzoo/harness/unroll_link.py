@@ -177,8 +177,10 @@ class LearnerLink:
         """Repost the buffers of the last batch: its messages are overwritten from now on."""
         with self.timers("comm"):
             for p in self.peers:
-                if p in self.inbox.peers:  # not an actor that died since
-                    self.inbox.release(p)
+                if p in self.inbox.peers:  # not an actor that died since; one that dies
+                    # now fails the repost of its receive: dropped as anywhere else
+                    self.survivors.guard(lambda p=p: self.inbox.release(p),
+                                         "receiving unrolls")
 
     def send_params(self, learner: VTraceLearner, stop: str | None = None) -> None:
         """The learner's parameters to every actor as version ``learner.version`` (sync: and
