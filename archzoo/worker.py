@@ -7,8 +7,9 @@ the surviving ranks, unless the job outlives a dead rank (``ARCHZOO_MPI_SURVIVE`
 archzoo's launchers): then only rank 0 aborts, after it kept what it learnt, and another
 rank just exits, for rank 0 to notice. gloo cannot withdraw posted receives, so a gloo
 rank ends with ``os._exit`` after its final barrier (buffers flushed first); so does an
-MPI rank, after ``MPI_Finalize`` under a plain mpiexec (with a deadline: it waits for every
-rank of the job, the dead included) and without it under archzoo's own launcher.
+MPI rank under archzoo's own launcher. Under a plain mpiexec an MPI rank calls
+``MPI_Finalize`` (with a deadline: it waits for every rank of the job, the dead included)
+and leaves through the C library's ``exit``, which hydra needs to see the rank done.
 
 SIGTERM and SIGHUP end a rank as Ctrl-C does (:class:`Stopped`, a KeyboardInterrupt): the
 deciding rank keeps a checkpoint, policy.pt and summary.json with ``stop_reason``
@@ -131,7 +132,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             # still finishing killed. Under archzoo's own launcher (a job that outlives a
             # dead rank) no rank finalizes: the stop protocol's final barrier met every
             # live peer.
-            transport.finalize(deadline_s=FINALIZE_S, code=code)
+            transport.finalize_and_exit(deadline_s=FINALIZE_S, code=code)
         os._exit(code)
     return code
 

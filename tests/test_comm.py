@@ -90,6 +90,15 @@ def test_dead_peer_mpi():
         assert "PEER_TIMEOUT" not in r.output and "UNEXPECTED" not in r.output, report
 
 
+def test_late_finisher_mpi():
+    """A rank still working when the others have finalized and left is not killed (hydra
+    killed it when they left by ``os._exit``)."""
+    job = mp.run_mpi(4, [str(HERE / "mpi_late_finisher.py")], timeout_s=60)
+    report = mp.describe(job)
+    assert job.returncode == 0 and [r.returncode for r in job] == [0, 0, 0, 0], report
+    assert "LATE_DONE" in job[3].output, report
+
+
 # ---------------------------------------------------------------------------------------------
 # Schema / Message, single process
 # ---------------------------------------------------------------------------------------------

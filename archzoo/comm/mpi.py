@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import zlib
+from typing import NoReturn
 
 import numpy as np
 
@@ -181,10 +183,18 @@ class MPITransport(Transport):
         self._pending.clear()
         self.comm.Free()
 
-    def finalize(self, deadline_s: float, code: int = 0) -> None:
-        """:meth:`shutdown`, then ``MPI_Finalize``; if that has not returned within
-        ``deadline_s`` (it waits for every rank of the job, and a dead one never comes) the
-        process exits with ``code`` from a watchdog thread."""
+    def finalize_and_exit(self, deadline_s: float, code: int = 0) -> NoReturn:
+        """:meth:`shutdown`, ``MPI_Finalize``, then end the process with ``code`` through the C
+        library's ``exit``. If that has not happened within ``deadline_s`` (``MPI_Finalize``
+        waits for every rank of the job, and a dead one never comes) the process exits with
+        ``code`` from a watchdog thread.
+
+        Not ``os._exit``: hydra (MPICH 5) takes a rank that leaves by ``_exit``, even after
+        ``MPI_Finalize``, for a failed one and SIGKILLs every rank still running, so the
+        last rank to finish its own finalize was killed now and then (measured: 2 runs in
+        20 of a 4-rank job). ``exit`` runs the C handlers that tell hydra the rank is done;
+        Python's own teardown is still skipped (gloo and MPI receives may be posted)."""
+        import ctypes
         import threading
 
         watchdog = threading.Timer(deadline_s, os._exit, args=(code,))
@@ -192,7 +202,10 @@ class MPITransport(Transport):
         watchdog.start()
         self.shutdown()
         _finalize_without_gil()
-        watchdog.cancel()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ctypes.CDLL(None).exit(code)  # releases the GIL: the watchdog still runs
+        os._exit(code)  # not reached
 
     def abort(self, code: int = 1) -> None:
         """End the whole job (an uncaught error in one rank would otherwise hang MPICH)."""
@@ -201,8 +214,8 @@ class MPITransport(Transport):
 
 def _finalize_without_gil() -> None:
     """``MPI_Finalize`` through ctypes, which releases the GIL during the call (mpi4py's
-    holds it, so no watchdog thread could run while it waits). The caller exits right after
-    (``os._exit``), so mpi4py's own finalize at exit never runs."""
+    holds it, so no watchdog thread could run while it waits). The caller exits right after,
+    without Python's teardown, so mpi4py's own finalize at exit never runs."""
     import ctypes
 
     from mpi4py import MPI
