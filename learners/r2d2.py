@@ -148,10 +148,12 @@ def sequence_td(online: RecurrentQNetwork, target: RecurrentQNetwork, b: dict[st
 
 
 def sequence_loss(td: Tensor, mask: Tensor, weights: Tensor | None) -> Tensor:
-    """½δ² averaged over each sequence's trained steps, then over the batch, weighted by the
-    importance weights."""
+    """½δ² summed over each sequence's trained steps, weighted by the sequence's importance
+    weight, averaged over the batch (as R2D2's learner does). A sum, not a mean, over time:
+    with Adam's ε of 1e-3 a per-step mean shrinks the gradients of a long sequence below ε
+    and the step with them."""
     m = mask.to(td.dtype)
-    per_seq = (0.5 * td.pow(2) * m).sum(0) / m.sum(0).clamp(min=1.0)
+    per_seq = (0.5 * td.pow(2) * m).sum(0)
     if weights is not None:
         per_seq = per_seq * weights
     return per_seq.mean()

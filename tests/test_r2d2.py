@@ -19,6 +19,7 @@ from learners.r2d2 import (
     R2D2Learner,
     inverse_value_rescale,
     n_step_returns,
+    sequence_loss,
     sequence_priorities,
     sequence_td,
     time_major,
@@ -86,6 +87,21 @@ def test_sequence_priority_is_eta_max_plus_one_minus_eta_mean() -> None:
         d = td[mask[:, b], b]
         want = 0.9 * d.max() + 0.1 * d.mean() if d.size else 0.0
         assert got[b] == pytest.approx(want, rel=1e-12)
+
+
+def test_sequence_loss_sums_over_time_and_averages_over_the_batch() -> None:
+    """½δ² summed over each sequence's trained steps, times its importance weight, averaged
+    over the batch (R2D2's learner; a mean over time would shrink the gradient by T)."""
+    rng = np.random.default_rng(1)
+    td = rng.normal(size=(7, 5))
+    mask = rng.random((7, 5)) < 0.6
+    w = rng.random(5)
+    got = float(sequence_loss(torch.as_tensor(td), torch.as_tensor(mask), torch.as_tensor(w)))
+    want = np.mean([w[b] * sum(0.5 * td[t, b] ** 2 for t in range(7) if mask[t, b])
+                    for b in range(5)])
+    assert got == pytest.approx(want, rel=1e-12)
+    unweighted = float(sequence_loss(torch.as_tensor(td), torch.as_tensor(mask), None))
+    assert unweighted == pytest.approx(np.mean((0.5 * td**2 * mask).sum(0)), rel=1e-12)
 
 
 def _config(**kw: object) -> R2D2Config:
