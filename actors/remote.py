@@ -154,7 +154,9 @@ class RemoteUnrollActor(UnrollActor):
     """GA3C's agent: unrolls as in IMPALA, but each action comes from the predictor.
 
     An unroll's ``version`` is the parameter version that answered its first step (the
-    policy lag is measured from there).
+    policy lag is measured from there). Each request also reports the last step's
+    ``valid`` and ``rewards``, from which the predictors' core states know where episodes
+    start (actors/core_states.py).
     """
 
     def __init__(self, spec: EnvSpec, num_envs: int, unroll_length: int,
@@ -171,6 +173,12 @@ class RemoteUnrollActor(UnrollActor):
             self._first_version = int(rep["version"])
         self.inference_s += time.perf_counter() - t0
         return rep["actions"].copy(), rep["logits"].copy()
+
+    def step_envs(self, actions: np.ndarray) -> EnvStep:
+        s = super().step_envs(actions)
+        self.client.req["valid"][:] = s.valid
+        self.client.req["rewards"][:] = s.reward
+        return s
 
     def collect(self, msg: Message) -> None:
         self._first_version = None

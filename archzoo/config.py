@@ -291,8 +291,8 @@ class InferenceConfig(VTraceConfig):
 
 @dataclass(frozen=True)
 class CoreFlags:
-    """``--core``: a recurrent core between the torso and the heads (the actor-critic
-    architectures but GA3C; R2D2's Q-network)."""
+    """``--core``: a recurrent core between the torso and the heads (every actor-critic
+    architecture; R2D2's Q-network)."""
 
     core: str = opt("none", "recurrent core between the torso and the heads: none, or "
                     "lstm[:SIZE], an LSTM of SIZE units (default --hidden), the IMPALA "
@@ -370,8 +370,9 @@ class SeedConfig(InferenceConfig, CoreFlags):
 
 
 @dataclass(frozen=True)
-class Ga3cConfig(InferenceConfig):
-    """GA3C: rank 0 runs predictor and trainer threads around one model; 1..N are agents."""
+class Ga3cConfig(InferenceConfig, CoreFlags):
+    """GA3C: rank 0 runs predictor and trainer threads around one model; 1..N are agents
+    (with a core, the predictors keep every env's state)."""
 
     loss: str = opt("a3c", "trainer loss: A3C's n-step advantage (GA3C) or V-trace (IMPALA)",
                     choices=("a3c", "vtrace"), group="GA3C threads and queues")
@@ -391,6 +392,7 @@ class Ga3cConfig(InferenceConfig):
         r.need(self.clip_ratio == 0 or self.loss == "vtrace", f"--clip-ratio {self.clip_ratio}"
                ": the clip applies to the V-trace loss; add --loss vtrace")
         super().check(r)
+        self.check_core(r)
 
 
 APEX_EVAL_WINDOW = 3  # evaluations that Ape-X's "solved" averages

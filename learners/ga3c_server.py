@@ -10,6 +10,9 @@ reply names the version that answered. Trainers serialise their updates (an in-p
 would corrupt another trainer's backward pass), so more trainers or predictors overlap
 only the gathering of batches, not the model's work. The thread that owns the transport
 (the architecture's communication loop) moves messages in and out of the queues.
+
+With ``--core lstm`` the predictors answer every env of every agent from its own core state
+(actors/core_states.py), as SEED RL's inference server does.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from typing import Any
 import numpy as np
 
 from actors.batched_policy import BatchedPolicy, InferenceStats
+from actors.core_states import CoreStates
+from archzoo.comm import Inbox, Request, Transport
 from archzoo.config import Ga3cConfig
+from archzoo.messages import Message, Schema
 from archzoo.runlog import Monitor
 from learners.vtrace_learner import VTraceLearner
 
@@ -33,18 +39,20 @@ class Ga3cServer:
     """The predictor and trainer threads around one model, and their bounded queues."""
 
     def __init__(self, cfg: Ga3cConfig, learner: VTraceLearner, mon: Monitor,
-                 num_agents: int) -> None:
+                 num_agents: int, states: CoreStates | None = None) -> None:
+        """``states``: with a recurrent model, every agent's env states."""
         self.cfg, self.mon = cfg, mon
         self.learner = learner
         self.policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
                                     version_of=lambda: learner.version)
         self.learner.step_lock = self.policy.lock  # step and version bump, atomically
+        self.states = states
         self.num_agents = num_agents
         self.max_wait_s = cfg.max_wait_us * 1e-6
         self.batch_unrolls = cfg.batch_unrolls or num_agents
         self.published_at = {learner.version: time.time()}  # version -> when it first acted
-        # (agent, seq, obs, time seen) -> predictors -> (agent, seq, a, logits, v, version,
-        # batch id, batch size, time seen) -> communication thread
+        # (agent, seq, request: obs, first, valid, rewards, time seen) -> predictors ->
+        # (agent, seq, a, logits, v, version, batch id, batch size) -> communication thread
         self.prediction_q: queue.Queue = queue.Queue(cfg.prediction_queue)
         self.reply_q: queue.SimpleQueue = queue.SimpleQueue()
         self.training_q: queue.Queue = queue.Queue(cfg.training_queue)
@@ -97,17 +105,22 @@ class Ga3cServer:
                     batch.append(q.get(timeout=remaining) if remaining > 0 else q.get_nowait())
                 except queue.Empty:
                     break
-            obs = np.concatenate([b[2] for b in batch]) if len(batch) > 1 else batch[0][2]
             t0 = time.perf_counter()
-            actions, logits, values, version = self.policy.forward(obs)
+            if self.states is not None:  # every env from its own core state
+                actions, logits, values, version = self.states.answer(
+                    self.policy, [b[0] for b in batch], [b[2] for b in batch])
+            else:
+                obs = np.concatenate([b[2]["obs"] for b in batch]) if len(batch) > 1 \
+                    else batch[0][2]["obs"]
+                actions, logits, values, version = self.policy.forward(obs)
             t1 = time.perf_counter()
             with self.stats_lock:
                 batch_id = self.stats.batches
                 self.stats.record(len(batch), t1 - t0,
                                   sum(t1 - b[3] for b in batch))
             row = 0
-            for agent, seq, o, _ in batch:
-                n = len(o)
+            for agent, seq, req, _ in batch:
+                n = len(req["obs"])
                 self.reply_q.put((agent, seq, actions[row:row + n], logits[row:row + n],
                                   values[row:row + n], version, batch_id, len(batch)))
                 row += n
@@ -138,6 +151,64 @@ class Ga3cServer:
                     self.mon.add_lag(version - v, now - self.published_at[v]
                                      if v in self.published_at else None)
                 self.mon.updates = self.learner.version
+
+    # -- the communication thread's moves (it owns the transport) --------------------------
+    def take_requests(self, requests: Inbox) -> int:
+        """Arrived prediction requests into the prediction queue while it has room; how many
+        moved."""
+        moved = 0
+        for p in requests.ready():
+            if self.prediction_q.full():
+                break
+            req = requests.poll(p)
+            ask = {k: req[k].copy() for k in ("obs", "first", "valid", "rewards")}
+            self.prediction_q.put_nowait((p, int(req["seq"]), ask, time.perf_counter()))
+            requests.release(p)
+            requests.advance(p)  # fairness when the queue fills before all are in
+            moved += 1
+        return moved
+
+    def send_replies(self, t: Transport, replies: dict[int, Message],
+                     sending: dict[int, Request | None], tag: int) -> int:
+        """The predictors' answers out to their agents (each agent's previous reply has
+        arrived: it asked again); how many were sent."""
+        moved = 0
+        while True:
+            try:
+                agent, seq, a, lg, v, version, batch_id, size = self.reply_q.get_nowait()
+            except queue.Empty:
+                return moved
+            if sending[agent] is not None:
+                t.wait(sending[agent])
+            rep = replies[agent]
+            rep["actions"][:], rep["logits"][:], rep["values"][:] = a, lg, v
+            rep["seq"][...], rep["version"][...] = seq, version
+            rep["batch"][...], rep["batch_size"][...] = batch_id, size
+            sending[agent] = t.isend(rep.buffer, agent, tag, "prediction reply")
+            moved += 1
+
+    def take_unrolls(self, unrolls: Inbox, schema: Schema) -> int:
+        """Arrived unrolls into the training queue while it has room, as ``schema``
+        messages (with a core: stamped with their initial state); their episodes and steps
+        counted. How many moved."""
+        moved = 0
+        for p in unrolls.ready():
+            if self.training_q.full():
+                break
+            msg, got = schema.new(), unrolls.poll(p)
+            for k in got:
+                msg[k][...] = got[k]
+            unrolls.release(p)
+            if self.states is not None:
+                self.states.unroll_start(p, msg)
+            with self.mon_lock:
+                n = int(msg["ep_count"])
+                self.mon.add_episodes(msg["ep_returns"][:n])
+                self.mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
+            self.training_q.put_nowait(msg)
+            unrolls.advance(p)
+            moved += 1
+        return moved
 
     def sample_queues(self) -> None:
         self.queue_samples += 1

@@ -124,7 +124,7 @@ def test_every_request_is_answered_once_by_one_forward_pass_per_batch(
     rng = np.random.default_rng(0)
     requests = [(1 + i % 3, i // 3, obs_of(rng)) for i in range(7)]
     for agent, seq, obs in requests:
-        srv.prediction_q.put_nowait((agent, seq, obs.copy(), time.perf_counter()))
+        srv.prediction_q.put_nowait((agent, seq, {"obs": obs.copy()}, time.perf_counter()))
     srv.start()
     try:
         replies = [srv.reply_q.get(timeout=DEADLINE_S) for _ in requests]
@@ -198,7 +198,7 @@ def test_replies_carry_the_version_and_parameters_of_the_latest_update() -> None
     def ask() -> tuple:
         nonlocal seq
         obs = obs_of(rng)
-        srv.prediction_q.put_nowait((1, seq, obs.copy(), time.perf_counter()))
+        srv.prediction_q.put_nowait((1, seq, {"obs": obs.copy()}, time.perf_counter()))
         r = srv.reply_q.get(timeout=DEADLINE_S)
         assert (r[0], r[1]) == (1, seq)
         seq += 1
@@ -263,7 +263,8 @@ def test_a_failing_worker_stops_every_thread_and_is_reported() -> None:
     srv.start()
     try:
         assert all(th.is_alive() for th in srv.threads)
-        srv.prediction_q.put_nowait((1, 0, np.zeros((E, 5), np.float32), time.perf_counter()))
+        srv.prediction_q.put_nowait((1, 0, {"obs": np.zeros((E, 5), np.float32)},
+                                     time.perf_counter()))
         wait_for(srv.stop.is_set, "the failing predictor to raise the stop flag")
         with pytest.raises(RuntimeError, match="GA3C worker thread failed"):
             srv.check()

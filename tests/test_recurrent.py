@@ -8,7 +8,9 @@
   resets the flags imply) gives the logits the actor computed while acting, on real unrolls
   of CartPoleNoVel that carry the state from one unroll to the next.
 - SEED RL's server answers every env from its own state (actors/core_states.py): the
-  same logits as a per-env loop of the model, whatever the batches' composition.
+  same logits as a per-env loop of the model, whatever the batches' composition; GA3C's
+  predictors do the same, and each agent's unroll, stamped with the state its first step
+  was answered from, replays to the logits the agent acted on.
 - ``archzoo run impala|seed --core lstm`` runs on ``archzoo/CartPoleNoVel-v1`` in one
   process, embedded, under mpiexec and under torchrun; a bad ``--core`` is refused with
   exit 2.
@@ -267,6 +269,64 @@ def test_seed_server_answers_each_env_as_a_loop_over_its_own_state(prev: bool) -
                 ref[a, e] = (state, int(actions[i * E + e]))  # the previous action
 
 
+# -- GA3C: the predictors' states, stamped on the agents' unrolls --------------------------
+@pytest.mark.parametrize("prev", [False, True])
+def test_ga3c_stamped_unrolls_replay_to_the_predictors_logits(prev: bool) -> None:
+    """Two GA3C agents on CartPoleNoVel, their steps answered alternately from the
+    predictors' core states (actors/core_states.py with T): each unroll, stamped on arrival
+    with the state its first step was answered from, replays to the behaviour logits the
+    agent acted on (episodes end inside the unrolls); an agent's restart starts afresh."""
+    from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+    from actors.core_states import CoreStates
+    from actors.remote import LocalPolicyClient, RemoteUnrollActor
+
+    T, E, agents = 15, 3, [1, 2]
+    spec = env_spec(ENV)
+    model = _model(prev, seed=4)
+    states = CoreStates(model, agents, E, unroll_length=T)
+    policy = BatchedPolicy(model, torch.device("cpu"), seed=0)
+
+    class Client(LocalPolicyClient):  # agent a's requests, answered as the predictors do
+        def __init__(self, agent: int) -> None:
+            super().__init__(policy, request_schema(spec, E), reply_schema(spec, E), agent)
+            self.agent = agent
+
+        def request(self):  # noqa: ANN202 - LocalPolicyClient's
+            actions, logits, values, _ = states.answer(policy, [self.agent], [self.req])
+            rep = self.rep
+            rep["actions"][:], rep["logits"][:], rep["values"][:] = actions, logits, values
+            self.req["first"][...] = False
+            return rep
+
+    actors = {a: RemoteUnrollActor(spec, E, T, Client(a), seed=10 * a) for a in agents}
+    schema = unroll_schema(spec, T, E, SIZE, prev)
+    learner = _learner(model)
+    resets = 0
+    try:
+        for k in range(4):
+            if k == 2:  # agent 2 restarts: a new incarnation, nothing carries over
+                actors[2].close()
+                actors[2] = RemoteUnrollActor(spec, E, T, Client(2), seed=99)
+            got = {}
+            for a in agents:  # the agents' unrolls interleave: 1, 2, then arrive
+                got[a] = schema.new()
+                actors[a].collect(got[a])
+            for a in agents:
+                states.unroll_start(a, got[a])
+                with torch.no_grad():
+                    logits, _ = learner.logits_and_values(batch_unrolls([got[a]],
+                                                                        learner.device))
+                np.testing.assert_allclose(logits.numpy(), got[a]["behaviour_logits"],
+                                           rtol=0, atol=1e-5)
+                assert got[a]["first0"].all() == (k == 0 or (k == 2 and a == 2))
+                resets += int((~got[a]["valid"][:-1]).sum())
+    finally:
+        for actor in actors.values():
+            actor.close()
+    assert resets >= 2  # episodes ended inside the unrolls
+    assert all(not q for q in states.starts.values())  # every start was taken
+
+
 # -- A3C, A2C and GALA: segments ----------------------------------------------------------
 def test_a2c_gradient_replays_the_actors_core_over_each_segment() -> None:
     """An actor-learner's segments carry their initial core state: unrolling the core over
@@ -339,7 +399,7 @@ def test_run_embedded(tmp_path: Path, argv: list[str]) -> None:
         assert out["episodes"] == 2 and all(n > 0 for n in out["episode_lengths"]), out
 
 
-CORE_ARCHS = ["impala", "seed", "a3c", "gala"]  # every actor-critic architecture but GA3C
+CORE_ARCHS = ["impala", "seed", "ga3c", "a3c", "gala"]  # every actor-critic architecture
 
 
 @pytest.mark.parametrize("arch", CORE_ARCHS)

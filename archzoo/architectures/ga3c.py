@@ -16,16 +16,18 @@ Role map: rank 0 is the server, ranks 1..N are agents (actors).
   Both queues are bounded: when one is full the communication thread stops taking that kind
   of message, so agents block on their sends (back-pressure, no loss). Queue lengths are
   in metrics.csv.
+- ``--core lstm``: the predictors keep every env's core state (actors/core_states.py); the
+  communication thread stamps each arriving unroll with the state its first step was
+  answered from, so the trainer replays the core over it as IMPALA's learner does.
 - ``--actors 0``: one process, the agent asks the model directly and trains inline.
 """
 
 from __future__ import annotations
 
-import queue
-import time
 from typing import Any
 
 from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from actors.core_states import CoreStates
 from actors.inference import inference_summary
 from actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
 from actors.unroll import unroll_schema
@@ -53,12 +55,20 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 
 
 def _schemas(cfg: Ga3cConfig, spec: EnvSpec):
-    """The request, reply and unroll messages, and their digests for the start-up check."""
+    """The request, reply and unroll messages (an agent's unroll carries no core state: the
+    server adds it), and their digests for the start-up check."""
     E = cfg.envs_per_actor
     req_s, rep_s = request_schema(spec, E), reply_schema(spec, E)
     u_schema = unroll_schema(spec, cfg.unroll_length, E)
     return req_s, rep_s, u_schema, {"request": req_s.digest(), "reply": rep_s.digest(),
                                     "unroll": u_schema.digest()}
+
+
+def _core_states(cfg: Ga3cConfig, learner: Any, agents: list[int]) -> CoreStates | None:
+    """With ``--core lstm``, the predictors' state of every env of every agent."""
+    if not builders.core(cfg)[0]:
+        return None
+    return CoreStates(learner.model, agents, cfg.envs_per_actor, cfg.unroll_length)
 
 
 def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -72,7 +82,9 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     unrolls = Inbox(t, u_schema, agents, harness.TAG_UNROLL, depth=1, what="unroll")
     with harness.root(ctx, agents, digests) as run:
         mon = run.mon
-        srv = Ga3cServer(cfg, _learner(cfg, spec), mon, len(agents))
+        learner = _learner(cfg, spec)
+        srv = Ga3cServer(cfg, learner, mon, len(agents), _core_states(cfg, learner, agents))
+        train_s = builders.unrolls(cfg, spec)  # the agent's unroll, and its core state
         run.attach({"learner": srv.learner},  # the policy read under the trainers' lock
                    (Locked(srv.learner.model, srv.learner.step_lock),
                     builders.policy_meta(cfg, spec)))
@@ -85,45 +97,10 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
         try:
             while not run.stopped:
                 srv.check()
-                moved = 0
                 with timers("comm"):
-                    for p in requests.ready():  # requests -> prediction queue (bounded)
-                        if srv.prediction_q.full():
-                            break
-                        req = requests.poll(p)
-                        srv.prediction_q.put_nowait((p, int(req["seq"]), req["obs"].copy(),
-                                                     time.perf_counter()))
-                        requests.release(p)
-                        requests.advance(p)  # fairness when the queue fills before all are in
-                        moved += 1
-                    while True:  # replies -> agents
-                        try:
-                            agent, seq, a, lg, v, version, batch_id, size = \
-                                srv.reply_q.get_nowait()
-                        except queue.Empty:
-                            break
-                        if sending[agent] is not None:
-                            t.wait(sending[agent])
-                        rep = replies[agent]
-                        rep["actions"][:], rep["logits"][:], rep["values"][:] = a, lg, v
-                        rep["seq"][...], rep["version"][...] = seq, version
-                        rep["batch"][...], rep["batch_size"][...] = batch_id, size
-                        sending[agent] = t.isend(rep.buffer, agent, harness.TAG_INFER_REPLY,
-                                                 "prediction reply")
-                        moved += 1
-                    for p in unrolls.ready():  # unrolls -> training queue (bounded)
-                        if srv.training_q.full():
-                            break
-                        msg = u_schema.new()
-                        msg.copy_from(unrolls.poll(p))
-                        unrolls.release(p)
-                        with srv.mon_lock:
-                            n = int(msg["ep_count"])
-                            mon.add_episodes(msg["ep_returns"][:n])
-                            mon.add_steps(int(msg["valid"].sum()), float(msg["first_step_time"]))
-                        srv.training_q.put_nowait(msg)
-                        unrolls.advance(p)
-                        moved += 1
+                    moved = srv.take_requests(requests)
+                    moved += srv.send_replies(t, replies, sending, harness.TAG_INFER_REPLY)
+                    moved += srv.take_unrolls(unrolls, train_s)
                 srv.sample_queues()
                 with srv.mon_lock:
                     run.log()
@@ -188,11 +165,17 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
                            version_of=lambda: learner.version)
     E = cfg.envs_per_actor
+    states = _core_states(cfg, learner, [0])
     client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
-                               new_run_id(0))
+                               new_run_id(0), states=states)
     agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client, harness.actor_seed(cfg.seed, 0))
-    msg = unroll_schema(spec, cfg.unroll_length, E).new()
-    stop = harness.train_on_unrolls(mon, agent.collect, msg, learner)
+
+    def collect(msg: Any) -> None:
+        agent.collect(msg)
+        if states is not None:
+            states.unroll_start(0, msg)
+
+    stop = harness.train_on_unrolls(mon, collect, builders.unrolls(cfg, spec).new(), learner)
     agent.close()
     return harness.finish_single(ctx, run_dir, mon, stop, learner,
                                  {"env": agent.env_s, "inference": agent.inference_s},
