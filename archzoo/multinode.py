@@ -1,8 +1,9 @@
 """One job across several hosts: torchrun on every host (gloo), or one mpiexec (MPI).
 
 The commands are the ones docs/multinode.md gives for real machines; here they run on
-:mod:`archzoo.simhosts` namespaces, which is how the tests, ``archzoo bench comm --link``
-and ``archzoo study --hosts`` cross a (simulated) machine boundary.
+:mod:`archzoo.simhosts` namespaces, started and watched by :func:`archzoo.spawn.run_ranks`
+(``hosts=``, ``slots=``), which is how the tests, ``archzoo bench comm --link`` and
+``archzoo study --link`` cross a (simulated) machine boundary.
 
 Placement is by rank: both launchers number the ranks host by host (torchrun: node 0's
 processes first; hydra: the host file's order and slots), and every architecture gives the
@@ -16,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -80,31 +80,6 @@ def commands(sim: SimHosts, slots: Sequence[int], backend: str, module_argv: Seq
     if backend == "gloo":
         return torchrun_commands(sim, slots, module_argv, port)
     return [mpiexec_command(sim, slots, module_argv)]
-
-
-def start(sim: SimHosts, slots: Sequence[int], backend: str, module_argv: Sequence[str],
-          port: int = 29500, env: dict[str, str] | None = None,
-          **popen: object) -> list[subprocess.Popen]:
-    """Start the job: the launcher processes (one per host under torchrun, one mpiexec)."""
-    e = cross_env(backend, env)
-    return [subprocess.Popen(c, env=e, **popen)  # type: ignore[call-overload]
-            for c in commands(sim, slots, backend, module_argv, port)]
-
-
-def wait(procs: Sequence[subprocess.Popen], timeout_s: float) -> int:
-    """Wait for every launcher; past ``timeout_s`` kill them all and return 124. Otherwise
-    the first non-zero exit code, or 0."""
-    deadline = time.monotonic() + timeout_s
-    while any(p.poll() is None for p in procs):
-        if time.monotonic() > deadline:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            for p in procs:
-                p.wait()
-            return 124
-        time.sleep(0.1)
-    return next((p.returncode for p in procs if p.returncode), 0)
 
 
 def reach(addr: str, port: int, timeout_s: float) -> str | None:

@@ -168,27 +168,32 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
               grace_s: float | None = None,
               on_death: Callable[[int, int], float | None] | None = None,
               stop: Callable[[], int | None] | None = None, survive: bool = False,
-              mpiexec_args: Sequence[str] = (), hosts: Any = None) -> Group:
+              mpiexec_args: Sequence[str] = (), hosts: Any = None,
+              slots: Sequence[int] | None = None) -> Group:
     """Start ``n`` ranks of ``python argv...`` over ``backend`` and supervise them until every
     one has ended (see the module's docstring); the :class:`Group`'s result.
 
     ``env``: the ranks' environment (default :func:`clean_env`); the launcher's own
     variables are added to it. ``cwd``: their working directory. ``mpiexec_args`` go
-    before ``-n``. ``hosts``: a :class:`~archzoo.simhosts.SimHosts` to split the ranks over.
+    before ``-n``. ``hosts``: a :class:`~archzoo.simhosts.SimHosts` to split the ranks over,
+    ``slots[i]`` of them on host i (default: as evenly as they go, the first hosts fuller).
     """
     if backend not in BACKENDS or (backend == "none" and (n != 1 or hosts is not None)):
         raise ValueError(f"backend {backend!r}, {n} ranks: choose gloo or mpi, or none for "
                          "one rank on this host")
+    if slots is not None and (hosts is None or len(slots) != len(hosts.hosts)
+                              or sum(slots) != n or min(slots) < 0):
+        raise ValueError(f"slots {list(slots)}: one count per simulated host, {n} in all")
     base = clean_env() if env is None else dict(env)
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archzoo-ranks-")))
         job = _Job(n, backend, capture, tmp)
         stack.callback(job.kill)  # whatever happens, nothing is left running
         stack.callback(job.close_files)
-        if stop is not None and stop():
-            return job.result(stop())
+        if stop is not None and (signum := stop()):
+            return job.result(signum)
         if hosts is not None:
-            job.start_on_hosts(hosts, argv, base, cwd)
+            job.start_on_hosts(hosts, slots, argv, base, cwd)
         elif backend == "mpi":
             job.start_mpiexec(argv, base, cwd, survive, mpiexec_args)
         else:
@@ -255,14 +260,15 @@ class _Job:
         self.start([mpiexec, *pre, "-n", str(self.n), *wrap, sys.executable, *argv], env, cwd,
                    self.tmp / "mpiexec")
 
-    def start_on_hosts(self, hosts: Any, argv: Sequence[str], env: dict[str, str],
-                       cwd: Any) -> None:
+    def start_on_hosts(self, hosts: Any, slots: Sequence[int] | None, argv: Sequence[str],
+                       env: dict[str, str], cwd: Any) -> None:
         from archzoo import multinode
 
         self.kind = "hosts"
         e = multinode.cross_env(self.backend, env)
-        cmds = multinode.commands(hosts, multinode.spread(self.n, len(hosts.hosts)),
-                                  self.backend, list(argv), next(_HOST_PORTS))
+        if slots is None:
+            slots = multinode.spread(self.n, len(hosts.hosts))
+        cmds = multinode.commands(hosts, slots, self.backend, list(argv), next(_HOST_PORTS))
         for i, c in enumerate(cmds):
             self.start(c, e, cwd, self.tmp / f"launcher.{i}")
 
@@ -293,8 +299,8 @@ class _Job:
                         self.ended[i] = now - self.t0
                 if len(self.ended) == len(self.procs):
                     break
-                if stop is not None and stop():
-                    return self.stop(stop(), rank_cmd)
+                if stop is not None and (signum := stop()):
+                    return self.stop(signum, rank_cmd)
                 for rank, rc in self.deaths().items():
                     if rank in self.noted:
                         continue
@@ -313,8 +319,8 @@ class _Job:
             if stop is None:
                 raise
             return self.stop(signal.SIGINT, rank_cmd)
-        if stop is not None and stop():
-            return self.stop(stop(), rank_cmd)
+        if stop is not None and (signum := stop()):
+            return self.stop(signum, rank_cmd)
         return None
 
     def kill(self) -> None:

@@ -214,8 +214,8 @@ def run_local(cmd: list[str]) -> tuple[int, str]:
 def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, str]:
     """``cmd`` (``python -m archzoo run ...``) across two simulated hosts: its servers on
     host 0, its actors on host 1; (exit code, output)."""
-    from archzoo import multinode
     from archzoo.simhosts import SimHosts, unavailable
+    from archzoo.spawn import clean_env, run_ranks
 
     why = unavailable()
     if why:
@@ -224,12 +224,11 @@ def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, 
     world = parse_run(argv)[0].world_size(actors)
     backend = argv[argv.index("--backend") + 1]
     rate = link.split(":", 1)[1] if ":" in link else None
-    with SimHosts(2, rate) as sim, log.open("w+") as f:
-        procs = multinode.start(sim, [world - actors, actors], backend, cmd[1:],
-                                stdout=f, stderr=subprocess.STDOUT)
-        code = multinode.wait(procs, 3600)
-        f.seek(0)
-        return code, f.read()
+    with SimHosts(2, rate) as sim:
+        job = run_ranks(world, cmd[1:], backend, hosts=sim, slots=[world - actors, actors],
+                        env=clean_env(), capture=True, timeout_s=3600)
+    log.write_text(job.output)
+    return job.returncode, job.output
 
 
 def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:

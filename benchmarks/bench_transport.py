@@ -22,15 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SIZES = [8, 1 << 20, 16 << 20]
 PATHS = ["raw", "wait", "inbox"]
 PATH_LABEL = {
@@ -144,52 +141,19 @@ def worker(backend: str, iters: int, rounds: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # The launcher side
 # ---------------------------------------------------------------------------------------------
-def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    pp = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + pp if pp else "")
-    return env
-
-
 def launch(backend: str, iters: int, rounds: int, timeout_s: float = 300) -> dict:
-    args = [sys.executable, str(Path(__file__).resolve()), "--worker", backend,
-            "--iters", str(iters), "--rounds", str(rounds)]
-    if backend == "mpi":
-        mpiexec = Path(sys.executable).parent / "mpiexec"
-        p = subprocess.run([str(mpiexec), "-n", "2", *args], env=_env(), capture_output=True,
-                           text=True, timeout=timeout_s)
-        out, rc = p.stdout + p.stderr, p.returncode
-    else:
-        from archzoo.spawn import free_port
+    """Two ranks of this script's worker (archzoo.spawn.run_ranks: two processes for gloo,
+    ``mpiexec -n 2`` for MPI); rank 0's result."""
+    from archzoo.spawn import clean_env, run_ranks
 
-        port = str(free_port())
-        files = [tempfile.TemporaryFile("w+") for _ in range(2)]
-        procs = [subprocess.Popen(args, stdout=files[r], stderr=subprocess.STDOUT,
-                                  env=dict(_env(), RANK=str(r), WORLD_SIZE="2",
-                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
-                 for r in range(2)]
-        deadline = time.monotonic() + timeout_s
-        rc = 0
-        for p in procs:
-            try:
-                rc |= p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                rc = 124
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        out = ""
-        for f in files:
-            f.seek(0)
-            out += f.read()
-            f.close()
+    job = run_ranks(2, [str(Path(__file__).resolve()), "--worker", backend, "--iters",
+                        str(iters), "--rounds", str(rounds)], backend, env=clean_env(),
+                    capture=True, timeout_s=timeout_s)
+    out = job.all_output()
     for line in out.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    raise RuntimeError(f"{backend} benchmark failed (rc={rc}):\n{out[-3000:]}")
+    raise RuntimeError(f"{backend} benchmark failed (rc={job.returncode}):\n{out[-3000:]}")
 
 
 def fmt_time(s: float) -> str:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import pytest
 
 from archzoo import multinode
 from archzoo.simhosts import SimHosts, unavailable
+from archzoo.spawn import Group, run_ranks
 from tests.runs import clean_env, load_run
 
 WHY = unavailable()
@@ -49,13 +52,27 @@ def hosts():
 def cross(sim: SimHosts, backend: str, slots: list[int], argv: list[str], tmp: Path,
           timeout_s: float = 120) -> tuple[int, str]:
     """Run ``archzoo ARGV`` across the hosts; (exit code, output)."""
-    log = (tmp / "out.log").open("w+")
-    procs = multinode.start(sim, slots, backend, ["-m", "archzoo", *argv],
-                            port=next(_PORTS), env=clean_env(), stdout=log,
-                            stderr=subprocess.STDOUT)
-    code = multinode.wait(procs, timeout_s)
-    log.seek(0)
-    return code, log.read()
+    job = run_ranks(sum(slots), ["-m", "archzoo", *argv], backend, hosts=sim, slots=slots,
+                    env=clean_env(), capture=True, timeout_s=timeout_s)
+    return job.returncode, job.output
+
+
+def finished(procs: list[subprocess.Popen], timeout_s: float) -> tuple[int, str]:
+    """Launchers a test started one by one, each host its own way (a user's launch script,
+    a host with another archzoo or other flags), waited for: (the first non-zero exit code,
+    or 124 if they were killed at ``timeout_s``, else 0; their output)."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        codes = [p.wait(max(0.1, deadline - time.monotonic())) for p in procs]
+        code = next((c for c in codes if c), 0)
+    except subprocess.TimeoutExpired:
+        code = 124
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return code, "".join(p.stdout.read() for p in procs)
 
 
 def placed(summary: dict, sim: SimHosts, slots: list[int]) -> None:
@@ -111,8 +128,8 @@ def test_launch_scripts_across_two_hosts(hosts: SimHosts, tmp_path: Path, backen
                                            LAUNCHER_EXEC=hosts.launcher_exec,
                                            UCX_TLS="tcp,self", MPIR_CVAR_NOLOCAL="1"),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
-    code = multinode.wait(procs, 120)
-    assert code == 0, "".join(p.stdout.read() for p in procs)[-3000:]
+    code, out = finished(procs, 120)
+    assert code == 0, out[-3000:]
     placed(load_run(d), hosts, [2, 2])
 
 
@@ -145,37 +162,51 @@ def test_host_b_dies(hosts: SimHosts, tmp_path: Path, backend: str) -> None:
     ends it once its workers are gone. mpiexec: hydra ends the whole job when a host's
     proxy dies, as on one machine. Either way no process is left on either host."""
     d = tmp_path / "run"
-    log = (tmp_path / "out.log").open("w+")
-    procs = multinode.start(hosts, [2, 2], backend,
-                            ["-m", "archzoo", "run", "impala", "--backend", backend,
-                             "--mode", "async", "--total-steps", "10000000", "--time-limit", "15",
-                             "--comm-timeout", "10", "--quiet", "--run-dir", str(d)],
-                            port=next(_PORTS), env=clean_env(), stdout=log,
-                            stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while not (d / "metrics.csv").exists() and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(2)
-    assert len(hosts[1].pids()) >= 3, "host 1's launcher and two actors should be running"
-    for pid in hosts[1].pids():
-        subprocess.run(["kill", "-9", str(pid)], capture_output=True)
-    deadline = time.time() + 60
-    if backend == "gloo":  # the workers on host 0 end; the agent sits in its exit barrier
-        agent = procs[0].pid
-        while set(hosts[0].pids()) - {agent} and time.time() < deadline:
-            time.sleep(0.2)
-        assert not set(hosts[0].pids()) - {agent}, "host 0's ranks outlived the deadline"
-        procs[0].kill()
-        multinode.wait(procs, 10)
-        log.seek(0)
+    argv = ["-m", "archzoo", "run", "impala", "--backend", backend, "--mode", "async",
+            "--total-steps", "10000000", "--time-limit", "15", "--comm-timeout", "10",
+            "--quiet", "--run-dir", str(d)]
+    killed = threading.Event()
+    looked = [0.0]
+
+    def agent_alone() -> int | None:
+        """gloo, once host 1 is dead and host 0's workers have ended: stop node 0's agent,
+        which sits in its exit barrier."""
+        if backend != "gloo" or not killed.is_set() or time.time() - looked[0] < 0.2:
+            return None
+        looked[0] = time.time()
+        return signal.SIGTERM if len(hosts[0].pids()) <= 1 else None
+
+    out: dict[str, Group] = {}
+    job_thread = threading.Thread(target=lambda: out.update(job=run_ranks(
+        4, argv, backend, hosts=hosts, slots=[2, 2], env=clean_env(), capture=True,
+        timeout_s=120, stop=agent_alone)))
+    job_thread.start()
+    try:
+        deadline = time.time() + 60
+        while not (d / "metrics.csv").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)
+        assert len(hosts[1].pids()) >= 3, "host 1's launcher and two actors should be running"
+        for pid in hosts[1].pids():
+            subprocess.run(["kill", "-9", str(pid)], capture_output=True)
+    finally:
+        killed.set()
+        job_thread.join(150)
+    job = out["job"]
+    assert not job.timed_out, job.output[-2000:]
+    if backend == "gloo":  # the workers on host 0 ended; the agent was stopped
+        assert job.stopped == signal.SIGTERM, job.output[-2000:]
         s = json.loads((d / "summary.json").read_text())
-        assert s["stop_reason"] in ("time", "target"), (s["stop_reason"], log.read())
+        assert s["stop_reason"] in ("time", "target"), (s["stop_reason"], job.output[-2000:])
         assert {int(r) for r in s["dead_actors"]} == {2, 3}, s["dead_actors"]
-    else:
-        code = multinode.wait(procs, 60)
-        log.seek(0)
-        assert code not in (0, 124), log.read()[-2000:]
-    assert not hosts[0].pids() and not hosts[1].pids()
+    else:  # hydra ended the job
+        assert job.returncode != 0, job.output[-2000:]
+    deadline = time.time() + 10  # what hydra killed as the job ended may take a moment
+    while (hosts[0].pids() or hosts[1].pids()) and time.time() < deadline:
+        time.sleep(0.2)
+    left = hosts[0].pids() + hosts[1].pids()
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                      for p in left if Path(f"/proc/{p}").exists()]
 
 
 def test_wrong_master_addr_is_named(hosts: SimHosts, tmp_path: Path) -> None:
@@ -238,8 +269,7 @@ def test_other_archzoo_version_is_refused(hosts: SimHosts, tmp_path: Path) -> No
                               stderr=subprocess.STDOUT, text=True),
              subprocess.Popen(cmds[1], env=dict(base, PYTHONPATH=str(copy)), cwd=copy,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
-    code = multinode.wait(procs, 90)
-    out = "".join(p.stdout.read() for p in procs)
+    code, out = finished(procs, 90)
     assert code not in (0, 124), out[-3000:]
     assert "9.9.9+" in out and "install the same archzoo on every host" in out, out[-3000:]
 
@@ -289,7 +319,6 @@ def test_other_flags_on_host_b_are_refused(hosts: SimHosts, tmp_path: Path) -> N
     procs = [subprocess.Popen(c, env=multinode.cross_env("gloo", clean_env()),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for c in cmds]
-    code = multinode.wait(procs, 90)
-    out = "".join(p.stdout.read() for p in procs)
+    code, out = finished(procs, 90)
     assert code not in (0, 124), out[-3000:]
     assert "rank 2's 'params' message schema differs from rank 0's" in out, out[-3000:]
