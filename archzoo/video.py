@@ -214,8 +214,8 @@ class Recorder:
         model, meta = got
         self.dir.mkdir(parents=True, exist_ok=True)
         snapshot, out = self.dir / f".step-{env_steps}.pt", self.dir / f"step-{env_steps}.mp4"
+        self.files = (snapshot, out)  # first: a stop signal from here on leaves no snapshot
         torch.save({"state_dict": cpu_state_dict(model), "meta": meta}, snapshot)
-        self.files = (snapshot, out)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "archzoo.video", str(snapshot), str(out),
              "--seed", str(self.seed), "--nice", "10", "--remove-policy"],
@@ -237,7 +237,10 @@ class Recorder:
 
     def _stop(self, timeout_s: float, error: str) -> None:
         """Wait up to ``timeout_s`` for the background video, then end it."""
-        if self.proc is None:
+        if self.proc is None:  # stopped before the child started: its snapshot goes too
+            for f in self.files or ():
+                f.unlink(missing_ok=True)
+            self.files = None
             return
         try:
             self.proc.wait(timeout=timeout_s)
