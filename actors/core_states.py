@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from actors.unroll import CORE_FIELDS
 from archzoo.messages import Message
 
 __all__ = ["CoreStates"]
@@ -94,7 +95,7 @@ class CoreStates:
         first step was answered from: the oldest kept start of ``actor``. An unroll whose
         start was not kept (an actor that restarted meanwhile) starts from a fresh state."""
         start = self.starts[actor].popleft() if self.starts.get(actor) else None
-        for k in ("core_h0", "core_c0", "first0", "prev_action0", "prev_reward0"):
+        for k in CORE_FIELDS:
             if k in msg:
                 if start is None:
                     msg[k][...] = k == "first0"

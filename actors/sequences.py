@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from actors.base import EnvActor
+from actors.unroll import CORE_FIELDS
 from archzoo.envs import EnvSpec
 from archzoo.messages import Message
 from learners.r2d2 import R2D2LossConfig, initial_sequence_priorities
@@ -129,7 +130,7 @@ class SequenceActor(EnvActor):
         msg["obs"][sl] = obs.swapaxes(0, 1)
         for k in _STEP_FIELDS:
             msg[k][sl] = np.stack([w[k] for w in self.window]).swapaxes(0, 1)
-        for k in ("core_h0", "core_c0", "first0", "prev_action0", "prev_reward0"):
+        for k in CORE_FIELDS:
             if k in msg:
                 msg[k][sl] = start[k]
         return E

@@ -23,6 +23,11 @@ from archzoo.messages import Schema
 TIMING = ("env", "inference")
 
 
+# where a replay of a recurrent core starts (unroll_schema's core fields; R2D2's sequences
+# and GA3C's stamped unrolls carry the same): [E, ...], env first
+CORE_FIELDS = ("core_h0", "core_c0", "first0", "prev_action0", "prev_reward0")
+
+
 def unroll_schema(spec: EnvSpec, unroll_length: int, num_envs: int, core_size: int = 0,
                   prev_action_reward: bool = False) -> Schema:
     """The IMPALA/SEED unroll message; every rank derives it from config and env spaces.

@@ -15,20 +15,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.unroll import core_inputs
+from actors.unroll import CORE_FIELDS, core_inputs
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 from learners.vtrace import ImpalaLossConfig, impala_loss
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
-# a recurrent core's start of each unroll (actors/unroll.py unroll_schema): [E, ...], env first
-_CORE_FIELDS = ("core_h0", "core_c0", "first0", "prev_action0", "prev_reward0")
 
 
 def batch_unrolls(unrolls: Sequence, device: torch.device) -> dict[str, torch.Tensor]:
     """Concatenate unroll messages along the env axis: [T(+1), E, ...] -> [T(+1), sum E, ...]
     (a recurrent core's fields, [E, ...], along their first axis)."""
     out = {}
-    for axis, names in ((1, _FIELDS), (0, [k for k in _CORE_FIELDS if k in unrolls[0]])):
+    for axis, names in ((1, _FIELDS), (0, [k for k in CORE_FIELDS if k in unrolls[0]])):
         for k in names:
             arr = unrolls[0][k] if len(unrolls) == 1 else \
                 np.concatenate([u[k] for u in unrolls], axis)
