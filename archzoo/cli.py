@@ -5,11 +5,16 @@ command line parses and dispatches.
 validation) and :func:`archzoo.api.launch`, as ``archzoo.run`` does. Arguments are
 validated on every rank before any process group exists; a bad one gives one line on rank
 0's stderr and exit code 2, no traceback.
+
+Every archzoo process prints the stacks of all its threads on SIGUSR2 (``kill -USR2 PID``),
+and carries on: a run that seems stuck shows where each rank waits.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 from typing import Any
 
@@ -109,6 +114,8 @@ def cmd_list_configs() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if hasattr(signal, "SIGUSR2"):
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
     if argv[:1] in (["--version"], ["-V"]):
         print(f"archzoo {version()}")
         return 0

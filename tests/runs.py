@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from archzoo.spawn import descendants
@@ -145,8 +146,6 @@ def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
     """The pid of rank ``rank`` of the embedded run writing ``run_dir`` (found by its
     command line, which names the run directory, and its environment's RANK, or PMI_RANK
     under mpiexec)."""
-    import time
-
     end = time.time() + deadline_s
     while time.time() < end:
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -184,3 +183,26 @@ def kill_tree(proc: subprocess.Popen, marker: str | None = None) -> None:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         pass
+
+
+def communicate_or_dump(proc: subprocess.Popen, marker: str,
+                        timeout: float) -> tuple[str, str]:
+    """``proc.communicate(timeout)``; when the run overstays, every archzoo process whose
+    command line names ``marker`` prints its threads' stacks (SIGUSR2, archzoo/cli.py)
+    before all are killed, and the test fails with the run's output: a hang names its
+    waits."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+                if marker.encode() in cmd and b"python" in cmd.split(b"\0")[0]:
+                    os.kill(int(p), signal.SIGUSR2)
+            except (OSError, ProcessLookupError):
+                continue
+        time.sleep(2)
+        kill_tree(proc, marker)
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"the run did not end within {timeout:.0f}s; its output, then "
+                             f"every rank's stacks:\n{out[-3000:]}\n{err[-20000:]}") from None

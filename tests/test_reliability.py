@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from archzoo import checkpoint
-from tests.runs import ARCHZOO, clean_env, kill_tree, rank_pid
+from tests.runs import ARCHZOO, clean_env, communicate_or_dump, kill_tree, rank_pid
 
 COMMON = ["--envs-per-actor", "4", "--log-interval", "0.3", "--quiet", "--seed", "1",
           "--comm-timeout", "10", "--checkpoint-interval", "1"]
@@ -41,7 +41,7 @@ def run_and_kill(d: Path, args: list[str], rank: int, deadline_s: float = 90,
         except ProcessLookupError:  # the run ended first (a test may skip)
             pass
         killed = time.time()
-        out, err = proc.communicate(timeout=deadline_s)
+        out, err = communicate_or_dump(proc, str(d), deadline_s)
     finally:
         kill_tree(proc, str(d))
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), time.time() - killed
