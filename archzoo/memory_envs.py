@@ -15,6 +15,12 @@ the ball was a step before, so one observation does not say which way the ball m
 feed-forward agents that MinAtar's Breakout is easy for must now remember. Rewards and
 episodes are MinAtar's (it needs archzoo's minatar extra).
 
+``archzoo/BreakoutFlicker-v1`` is MinAtar's Breakout seen through a flickering screen, as
+Hausknecht & Stone (2015) made Flickering Pong to test recurrent Q-learning: each
+observation is blanked (all zeros) with probability 0.5, independently, from a generator
+seeded by the env's seed. A feed-forward policy acts blind on half of the steps; a policy
+with memory can carry the ball's and the paddle's last positions across the blanks.
+
 Importing this module registers the ids (:func:`register_memory_envs`, idempotent); so does
 every archzoo process before it makes an env (archzoo/envs.py).
 """
@@ -97,22 +103,62 @@ class DropChannels(gym.ObservationWrapper):
 
 def make_breakout_notrail(**kwargs: Any) -> gym.Env:
     """Entry point of ``archzoo/BreakoutNoTrail-v1``: MinAtar Breakout, trail removed."""
+    return DropChannels(_minatar("MinAtar/Breakout-v1", f"--env {BREAKOUT_NOTRAIL_ID}",
+                                 **kwargs), ("trail",))
+
+
+BREAKOUT_FLICKER_ID = "archzoo/BreakoutFlicker-v1"
+
+
+class Flicker(gym.ObservationWrapper):
+    """Each observation blanked (zeros) with probability ``p``, from a generator seeded at
+    ``reset(seed=...)`` (Hausknecht & Stone 2015, Flickering Pong)."""
+
+    def __init__(self, env: gym.Env, p: float = 0.5) -> None:
+        super().__init__(env)
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"flicker probability {p} is not in [0, 1)")
+        self.p = p
+        self.flicker_rng = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None:
+            self.flicker_rng = np.random.default_rng(seed)
+        return super().reset(seed=seed, options=options)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        if self.flicker_rng.random() < self.p:
+            return np.zeros_like(observation)
+        return observation
+
+
+def _minatar(env_id: str, flag: str, **kwargs: Any) -> gym.Env:
     from archzoo.extras import require
 
-    require("minatar", f"--env {BREAKOUT_NOTRAIL_ID}")
+    require("minatar", flag)
     import minatar.gym
 
-    if "MinAtar/Breakout-v1" not in gym.registry:
+    if env_id not in gym.registry:
         minatar.gym.register_envs()
-    return DropChannels(gym.make("MinAtar/Breakout-v1", **kwargs), ("trail",))
+    return gym.make(env_id, **kwargs)
+
+
+def make_breakout_flicker(p: float = 0.5, **kwargs: Any) -> gym.Env:
+    """Entry point of ``archzoo/BreakoutFlicker-v1``: MinAtar Breakout, observations
+    blanked with probability ``p``."""
+    return Flicker(_minatar("MinAtar/Breakout-v1", f"--env {BREAKOUT_FLICKER_ID}", **kwargs),
+                   p)
 
 
 def register_memory_envs() -> None:
-    """Register ``archzoo/CartPoleNoVel-v1`` and ``archzoo/BreakoutNoTrail-v1`` with
-    gymnasium (idempotent)."""
+    """Register ``archzoo/CartPoleNoVel-v1``, ``archzoo/BreakoutNoTrail-v1`` and
+    ``archzoo/BreakoutFlicker-v1`` with gymnasium (idempotent)."""
     if BREAKOUT_NOTRAIL_ID not in gym.registry:
         gym.register(id=BREAKOUT_NOTRAIL_ID,
                      entry_point="archzoo.memory_envs:make_breakout_notrail")
+    if BREAKOUT_FLICKER_ID not in gym.registry:
+        gym.register(id=BREAKOUT_FLICKER_ID,
+                     entry_point="archzoo.memory_envs:make_breakout_flicker")
     if CARTPOLE_NOVEL_ID in gym.registry:
         return
     gym.register(id=CARTPOLE_NOVEL_ID, entry_point="archzoo.memory_envs:make_cartpole_novel",

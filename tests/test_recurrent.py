@@ -228,6 +228,40 @@ def test_breakout_notrail_is_minatar_breakout_without_its_trail() -> None:
         notrail.close()
 
 
+def test_breakout_flicker_blanks_half_of_minatar_breakouts_screens() -> None:
+    """Every observation is Breakout's or all zeros; about half are zeros, independently
+    per env; the same seed flickers the same way; rewards and ends are Breakout's."""
+    from archzoo.memory_envs import BREAKOUT_FLICKER_ID
+
+    spec = env_spec(BREAKOUT_FLICKER_ID)
+    assert (spec.obs_shape, spec.obs_dtype) == ((10, 10, 4), "|b1") and spec.image
+    full = make_vector_env("MinAtar/Breakout-v1", 4)
+    flicker = [make_vector_env(BREAKOUT_FLICKER_ID, 4) for _ in range(2)]
+    try:
+        full.reset(seed=3)
+        blank = []
+        for f in flicker:
+            o, _ = f.reset(seed=3)
+            blank.append([not o[i].any() for i in range(4)])
+        rng = np.random.default_rng(2)
+        for _ in range(400):  # through episode ends and autoresets
+            a = rng.integers(0, spec.num_actions, 4)
+            s1, s2, s3 = full.step(a), flicker[0].step(a), flicker[1].step(a)
+            assert np.array_equal(s2[0], s3[0])  # the same seed, the same flicker
+            for i in range(4):
+                shown = s2[0][i].any()
+                assert not shown or np.array_equal(s2[0][i], s1[0][i])
+                blank.append([not s2[0][i].any()])
+            for x, y in zip(s1[1:4], s2[1:4], strict=True):
+                assert np.array_equal(x, y)
+        share = np.mean([b for row in blank for b in row])
+        assert 0.4 < share < 0.6, share  # 1,608 draws at p = 0.5 (and a few empty screens)
+    finally:
+        full.close()
+        for f in flicker:
+            f.close()
+
+
 # -- SEED RL: the server's state per env ----------------------------------------------------
 @pytest.mark.parametrize("prev", [False, True])
 def test_seed_server_answers_each_env_as_a_loop_over_its_own_state(prev: bool) -> None:
