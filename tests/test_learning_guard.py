@@ -19,7 +19,7 @@ from tests.runs import cli
 
 PRESET = ["--env", "MinAtar/Breakout-v1", "--model", "impala-cnn", "--envs-per-actor", "16",
           "--unroll-length", "20", "--lr", "0.001", "--entropy-coef", "0.01", "--clip-ratio", "0.2"]
-SECONDS, REACH, HOLD, MAX_LAG = 150, 4.0, 0.7, 2.0
+SECONDS, REACH, HOLD, MAX_LAG = 100, 4.0, 0.7, 2.0
 
 
 def windows(d: Path) -> list[float]:
