@@ -5,7 +5,7 @@ a seed an env is a deterministic function of the actions it was given, and an ac
 Gumbel-max sampling draws the same amount of noise per step whatever the policy. So the
 learner, which in ``--mode sync`` receives every unroll, keeps each actor's actions in the
 checkpoint (:class:`ActionLog`); a resumed actor re-seeds its envs, steps them through its
-log and draws the same noise (:meth:`actors.base.EnvActor.fast_forward`), and from then
+log and draws the same noise (:meth:`archzoo.actors.base.EnvActor.fast_forward`), and from then
 on acts exactly as the uninterrupted actor would have. This is how deterministic
 simulators replay a run from its inputs; its cost is the env steps of the log, taken at
 env speed without any inference, and one byte per env step per actor in the checkpoint.
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.base import EnvActor
+from archzoo.actors.base import EnvActor
 from archzoo.comm import Transport
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from actors.episodes import EpisodeTracker
+from archzoo.actors.episodes import EpisodeTracker
 from archzoo.envs import EnvSpec, make_vector_env
 from archzoo.seeding import env_seeds, sampler
 

@@ -6,7 +6,7 @@ GA3C (Babaeizadeh et al., ICLR 2017, §4 "predictors") and SEED RL (Espeholt et 
 one parameter version per batch); :func:`request_schema` and :func:`reply_schema` are the
 messages an actor and the server exchange; :class:`InferenceStats` counts batches and
 latency. Nothing here touches the transport: the server that moves these messages is
-:class:`actors.inference.InferenceServer`, and GA3C's predictor threads
+:class:`archzoo.actors.inference.InferenceServer`, and GA3C's predictor threads
 (``learners/ga3c_server.py``) call :class:`BatchedPolicy` in-process.
 """
 

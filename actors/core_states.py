@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.unroll import CORE_FIELDS
+from archzoo.actors.unroll import CORE_FIELDS
 from archzoo.messages import Message
 
 __all__ = ["CoreStates"]

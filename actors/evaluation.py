@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from actors.base import vector_seed
+from archzoo.actors.base import vector_seed
 from archzoo.envs import EnvSpec, make_vector_env
 from archzoo.seeding import env_seeds
 

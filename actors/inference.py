@@ -11,7 +11,7 @@ small MLP are dominated by per-call overhead), so batching multiplies requests/s
 
 The forward pass and the messages live in ``actors/batched_policy.py``; this module moves
 them over the Transport. Parameters change only between batches: new ones are staged with
-:meth:`~actors.batched_policy.BatchedPolicy.load`
+:meth:`~archzoo.actors.batched_policy.BatchedPolicy.load`
 (or, in-process, applied under :attr:`BatchedPolicy.lock`), so every row of a batch is
 answered by one parameter version, which each reply names.
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.batched_policy import BatchedPolicy, InferenceStats
-from actors.core_states import CoreStates
+from archzoo.actors.batched_policy import BatchedPolicy, InferenceStats
+from archzoo.actors.core_states import CoreStates
 from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
 from archzoo.comm.base import Backoff
 
@@ -201,7 +201,8 @@ class InferenceServer:
 
 def inference_summary(server: InferenceServer | None, client: Any = None) -> dict[str, Any]:
     """summary.json's "inference" entry: batches, mean batch size and latency, dead actors
-    (from the server, or from a :class:`~actors.remote.LocalPolicyClient` in one process)."""
+    (from the server, or from a :class:`~archzoo.actors.remote.LocalPolicyClient` in one
+    process)."""
     if server is not None:
         return {**server.stats.summary(), "max_batch": server.max_batch,
                 "max_wait_us": server.max_wait_s * 1e6, "dead_actors": server.dead}

@@ -7,7 +7,7 @@
   produced x_t, and whether that step was a transition (``valid``: False on gymnasium's
   autoreset step, see actors/base.py), so the learner can assemble unrolls itself.
 - :class:`RemoteUnrollActor` (GA3C, Babaeizadeh et al. 2017, §4 "agents"): an
-  :class:`~actors.unroll.UnrollActor` whose actions come from the predictor; it still
+  :class:`~archzoo.actors.unroll.UnrollActor` whose actions come from the predictor; it still
   assembles its unrolls and sends them to the training queue.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.base import EnvActor, EnvStep
-from actors.unroll import UnrollActor
+from archzoo.actors.base import EnvActor, EnvStep
+from archzoo.actors.unroll import UnrollActor
 from archzoo.comm import Transport
 from archzoo.envs import EnvSpec
 from archzoo.messages import Message, Schema

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from actors.unroll import UnrollActor
+from archzoo.actors.unroll import UnrollActor
 from archzoo.envs import EnvSpec
 
 __all__ = ["Segment", "SegmentActor"]

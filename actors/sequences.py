@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.base import EnvActor
-from actors.unroll import CORE_FIELDS
+from archzoo.actors.base import EnvActor
+from archzoo.actors.unroll import CORE_FIELDS
 from archzoo.envs import EnvSpec
+from archzoo.learners.r2d2 import R2D2LossConfig, initial_sequence_priorities
 from archzoo.messages import Message
-from learners.r2d2 import R2D2LossConfig, initial_sequence_priorities
-from replay.memory import FieldSpec
+from archzoo.replay.memory import FieldSpec
 
 _STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "valid")
 

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.base import EnvActor
-from actors.nstep import NStepAssembler
+from archzoo.actors.base import EnvActor
+from archzoo.actors.nstep import NStepAssembler
 from archzoo.envs import EnvSpec
+from archzoo.learners.dqn import initial_priorities
 from archzoo.messages import Message
-from learners.dqn import initial_priorities
 
 
 def epsilon(i: int, n: int, base: float = 0.4, alpha: float = 7.0) -> float:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from actors.base import EnvActor, EnvStep
+from archzoo.actors.base import EnvActor, EnvStep
 from archzoo.envs import EnvSpec
 from archzoo.messages import Schema
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from actors.sequences import SequenceActor, sequence_fields
-from actors.transitions import TransitionActor
-from actors.unroll import unroll_schema
 from archzoo import envs
+from archzoo.actors.sequences import SequenceActor, sequence_fields
+from archzoo.actors.transitions import TransitionActor
+from archzoo.actors.unroll import unroll_schema
 from archzoo.config import (
     A2CRunConfig,
     A3CConfig,
@@ -24,19 +24,19 @@ from archzoo.config import (
     VTraceConfig,
 )
 from archzoo.envs import EnvSpec
+from archzoo.learners.a2c import A2CConfig
+from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork
+from archzoo.learners.ga3c import A3CUnrollLearner
+from archzoo.learners.r2d2 import R2D2Learner, R2D2LossConfig
+from archzoo.learners.vtrace import ImpalaLossConfig
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Schema
 from archzoo.model_shapes import core_size
 from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
+from archzoo.paramserver import make_optimizer
+from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
+from archzoo.replay.server import insert_schema, memory_fields, reply_schema, request_schema
 from archzoo.topology.star import params_schema
-from learners.a2c import A2CConfig
-from learners.dqn import DQNConfig, DQNLearner, QNetwork
-from learners.ga3c import A3CUnrollLearner
-from learners.r2d2 import R2D2Learner, R2D2LossConfig
-from learners.vtrace import ImpalaLossConfig
-from learners.vtrace_learner import VTraceLearner
-from paramserver import make_optimizer
-from replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
-from replay.server import insert_schema, memory_fields, reply_schema, request_schema
 
 
 def env_spec(cfg: RunConfig) -> EnvSpec:

@@ -96,9 +96,9 @@ def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Pol
     cannot be."""
     import torch
 
+    from archzoo.learners.dqn import QNetwork
     from archzoo.model_shapes import core_size
     from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
-    from learners.dqn import QNetwork
 
     path = Path(run_dir) if Path(run_dir).is_file() else Path(run_dir) / "policy.pt"
     if not path.is_file():

@@ -30,7 +30,7 @@ def _actor_only(env_id: str, envs: int, T: int, seconds: float, seed: int, q) ->
     import torch
 
     torch.set_num_threads(1)
-    from actors.unroll import UnrollActor, unroll_schema
+    from archzoo.actors.unroll import UnrollActor, unroll_schema
     from archzoo.envs import env_spec
     from archzoo.nets import ActorCritic
 

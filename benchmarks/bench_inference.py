@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors.batched_policy import BatchedPolicy, reply_schema, request_schema  # noqa: E402
+from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema  # noqa: E402
 from archzoo.envs import env_spec  # noqa: E402
 from archzoo.nets import ActorCritic  # noqa: E402
 from benchmarks.bench_impala import steady_fps  # noqa: E402

@@ -62,8 +62,8 @@ TAIL_S = 0.3  # workers push this long past the window, so the shards' end sampl
 def ps_rank(backend: str, n: int, k: int, seconds: float, warmup: float) -> dict:
     """Shard (ranks 0..K-1) or pushing worker (ranks K..): one rank's measurements."""
     from archzoo.comm.factory import detect_launch, make_transport
+    from archzoo.paramserver import ParamShard, PSClient, SharedRMSProp, shard_bounds
     from archzoo.tags import PS_TAGS
-    from paramserver import ParamShard, PSClient, SharedRMSProp, shard_bounds
 
     if backend == "gloo":
         import torch
@@ -192,10 +192,10 @@ def _actor_learner_only(env_id: str, envs: int, t_max: int, hidden: int, seconds
     import torch
 
     torch.set_num_threads(1)
-    from actors.segment import SegmentActor
+    from archzoo.actors.segment import SegmentActor
     from archzoo.envs import env_spec
+    from archzoo.learners.a2c import A2CConfig, a2c_gradient
     from archzoo.nets import ActorCritic
-    from learners.a2c import A2CConfig, a2c_gradient
 
     spec = env_spec(env_id)
     torch.manual_seed(0)

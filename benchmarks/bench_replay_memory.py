@@ -32,10 +32,10 @@ def main() -> int:
     p.add_argument("--n-step", type=int, default=3)
     a = p.parse_args()
 
-    from actors.nstep import NStepAssembler
+    from archzoo.actors.nstep import NStepAssembler
     from archzoo.envs import env_spec, make_vector_env
-    from replay.memory import PrioritizedReplay
-    from replay.server import memory_fields
+    from archzoo.replay.memory import PrioritizedReplay
+    from archzoo.replay.server import memory_fields
 
     spec = env_spec(a.env)
     envs = make_vector_env(spec, a.envs)

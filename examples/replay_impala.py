@@ -24,7 +24,7 @@ from archzoo.config import ImpalaConfig, Rules, opt
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.unroll_link import LearnerLink
-from replay.unrolls import UnrollReplay
+from archzoo.replay.unrolls import UnrollReplay
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from actors.unroll import core_inputs
+from archzoo.actors.unroll import core_inputs
 
 __all__ = ["A2CConfig", "a2c_gradient", "a2c_loss", "n_step_returns"]
 
@@ -146,7 +146,7 @@ def a2c_gradient(model: nn.Module, segment, cfg: A2CConfig) -> tuple[np.ndarray,
     ``cfg.max_grad_norm`` is set the vector is clipped to that L2 norm; ``stats["grad_norm"]``
     is the norm before clipping.
 
-    ``segment``: an actors.segment.Segment (or anything with its fields).
+    ``segment``: an archzoo.actors.segment.Segment (or anything with its fields).
     """
     params = list(model.parameters())
     dtype = params[0].dtype

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from learners.a2c import a2c_loss, n_step_returns
-from learners.vtrace_learner import VTraceLearner
+from archzoo.learners.a2c import a2c_loss, n_step_returns
+from archzoo.learners.vtrace_learner import VTraceLearner
 
 
 class A3CUnrollLearner(VTraceLearner):
-    """:class:`~learners.vtrace_learner.VTraceLearner` with the A3C loss instead of V-trace."""
+    """:class:`~archzoo.learners.vtrace_learner.VTraceLearner` with the A3C loss instead of
+    V-trace."""
 
     def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

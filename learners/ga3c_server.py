@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from actors.batched_policy import BatchedPolicy, InferenceStats
-from actors.core_states import CoreStates
+from archzoo.actors.batched_policy import BatchedPolicy, InferenceStats
+from archzoo.actors.core_states import CoreStates
 from archzoo.comm import Inbox, Request, Transport
 from archzoo.config import Ga3cConfig
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Message, Schema
 from archzoo.runlog import Monitor
-from learners.vtrace_learner import VTraceLearner
 
 THREAD_POLL_S = 0.05  # how often an idle worker thread looks at the stop flag
 

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from actors.unroll import core_inputs
+from archzoo.actors.unroll import core_inputs
+from archzoo.learners.dqn import DQNConfig, DQNLearner
 from archzoo.nets import RecurrentQNetwork
-from learners.dqn import DQNConfig, DQNLearner
 
 SEQUENCE_KEYS = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "first0",
                  "core_h0", "core_c0")

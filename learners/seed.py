@@ -1,13 +1,13 @@
 """SEED RL's learner side: unrolls assembled from the inference traffic, V-trace updates.
 
 In SEED RL (Espeholt et al. 2020, §3) the learner answers every env step of every actor,
-so it keeps one :class:`~learners.unroll_builder.UnrollBuilder` per actor and trains
+so it keeps one :class:`~archzoo.learners.unroll_builder.UnrollBuilder` per actor and trains
 whenever ``batch_unrolls`` unrolls are complete. The model that answers is the model that
 trains: an update between two batches is in place for the next one.
 
 In ``--mode sync`` and with ``--actors 0`` it is also a checkpoint part: the unrolls in
 progress, those complete but not yet trained on, and every actor's actions
-(:class:`~actors.action_log.ActionLog`), so that a resumed run goes on bit for bit.
+(:class:`~archzoo.actors.action_log.ActionLog`), so that a resumed run goes on bit for bit.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from actors.action_log import ActionLog
-from actors.core_states import CoreStates
+from archzoo.actors.action_log import ActionLog
+from archzoo.actors.core_states import CoreStates
+from archzoo.learners.unroll_builder import UnrollBuilder
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Message, Schema
 from archzoo.runlog import Monitor
-from learners.unroll_builder import UnrollBuilder
-from learners.vtrace_learner import VTraceLearner
 
 
 class SeedLearner:

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.unroll import CORE_FIELDS, core_inputs
+from archzoo.actors.unroll import CORE_FIELDS, core_inputs
+from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
-from learners.vtrace import ImpalaLossConfig, impala_loss
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
 
@@ -90,7 +90,7 @@ class VTraceLearner:
     def logits_and_values(self, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """π's logits [T, B, A] and V [T+1, B] on a batch of unrolls. A recurrent model runs
         its core over the T+1 observations from each unroll's initial state, resetting it
-        where the actor did (:func:`actors.unroll.core_inputs`)."""
+        where the actor did (:func:`archzoo.actors.unroll.core_inputs`)."""
         T1, B = b["obs"].shape[:2]
         if getattr(self.model, "recurrent", False):
             x = core_inputs(b)

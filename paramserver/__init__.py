@@ -10,9 +10,9 @@ et al. 2017). K shards
 give bit-for-bit the parameters of one (Gorila's sharded server, Nair et al. 2015).
 """
 
-from paramserver.client import PSClient, clip_grad_norm
-from paramserver.optim import Adam, SharedRMSProp, make_optimizer
-from paramserver.shard import (
+from archzoo.paramserver.client import PSClient, clip_grad_norm
+from archzoo.paramserver.optim import Adam, SharedRMSProp, make_optimizer
+from archzoo.paramserver.shard import (
     STAT_FIELDS,
     Outcome,
     ParamShard,

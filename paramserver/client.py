@@ -1,10 +1,10 @@
 """A worker's side of a K-shard parameter server.
 
-The client splits the flat gradient by :func:`~paramserver.shard.shard_bounds`, starts the push
-to every shard before waiting on any (the shards work concurrently, as in Gorila's sharded
-server, Nair et al. 2015), then gathers the replies shard by shard into one flat parameter
-vector plus one version per shard. An A3C actor-learner (Mnih et al. 2016, Algorithm S3)
-pulls, computes the gradient of its loss over t_max steps, clips it here with
+The client splits the flat gradient by :func:`~archzoo.paramserver.shard.shard_bounds`,
+starts the push to every shard before waiting on any (the shards work concurrently, as in
+Gorila's sharded server, Nair et al. 2015), then gathers the replies shard by shard into one
+flat parameter vector plus one version per shard. An A3C actor-learner (Mnih et al. 2016,
+Algorithm S3) pulls, computes the gradient of its loss over t_max steps, clips it here with
 :func:`clip_grad_norm` and pushes; the reply to the push is the fresh parameters.
 
 One request (push or pull) per client is in flight at a time: :meth:`PSClient.wait_params` must
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from archzoo.comm import CommError, Inbox, Request, Transport
-from paramserver.optim import as_f32
-from paramserver.shard import (
+from archzoo.paramserver.optim import as_f32
+from archzoo.paramserver.shard import (
     BYE,
     PULL,
     STAT_FIELDS,

@@ -15,7 +15,7 @@ then exactly the unsharded one).
 ``step(params, grad)`` takes a numpy array or a CPU torch tensor (updated in place through a
 zero-copy numpy view); ``grad`` is the gradient *of the loss* and the step descends (Mnih et
 al.'s Algorithm S3 accumulates the policy's dθ as a gradient of the objective, to be ascended;
-archzoo's clients push gradients of the loss, see :func:`learners.a2c.a2c_gradient`).
+archzoo's clients push gradients of the loss, see :func:`archzoo.learners.a2c.a2c_gradient`).
 """
 
 from __future__ import annotations

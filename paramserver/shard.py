@@ -16,7 +16,7 @@ counts its own versions (updates applied).
   is discarded and counted, and its worker is answered with the fresh parameters at once.
 
 :class:`ShardState` is the rule without a transport (testable, usable in one process);
-:class:`ParamShard` serves it without ever blocking, like ``replay.server.ReplayServer``.
+:class:`ParamShard` serves it without ever blocking, like ``archzoo.replay.server.ReplayServer``.
 
 Protocol (per worker and shard: one request in flight, every request answered once):
 push (tag ``push``: seq, the version the gradient was computed on, the gradient slice) or
@@ -45,9 +45,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from archzoo.comm import Inbox, PeerFailure, PeerTimeout, Request, Schema, SchemaMismatch, Transport
+from archzoo.paramserver.optim import FlatOptimizer, as_f32
 from archzoo.runlog import VersionClock
 from archzoo.tags import PSTags  # defined with every other tag; paramserver.PSTags is it
-from paramserver.optim import FlatOptimizer, as_f32
 
 
 class Outcome(IntEnum):

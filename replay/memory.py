@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from replay.frames import FramePool, StackedFrames
-from replay.trees import MinTree, SumTree
+from archzoo.replay.frames import FramePool, StackedFrames
+from archzoo.replay.trees import MinTree, SumTree
 
 FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 

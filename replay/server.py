@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
-from replay.memory import FieldSpec, PrioritizedReplay, UniformReplay, importance_weights
+from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay, importance_weights
 
 TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount")
 

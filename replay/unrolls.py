@@ -3,7 +3,7 @@
 CLEAR (Rolnick et al. 2019) and LASER (Schmitt, Hessel & Simonyan 2020) train IMPALA's
 V-trace learner on a mixture of the unrolls the actors just sent and unrolls sampled from a
 replay memory; V-trace corrects for the replayed unrolls' older behaviour policies.
-:class:`UnrollReplay` is that memory: a FIFO :class:`~replay.memory.UniformReplay` with one
+:class:`UnrollReplay` is that memory: a FIFO :class:`~archzoo.replay.memory.UniformReplay` with one
 item per unroll, sampled uniformly.
 
 It copies what it keeps. An unroll from an ``Inbox`` is a view into a posted receive buffer
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from archzoo.messages import Schema
-from replay.memory import UniformReplay
+from archzoo.replay.memory import UniformReplay
 
 
 class UnrollReplay:

@@ -25,7 +25,7 @@ from archzoo.architectures.a2c_allreduce import Worker  # noqa: E402
 from archzoo.comm.factory import detect_launch, make_transport  # noqa: E402
 from archzoo.config import A3CConfig  # noqa: E402
 from archzoo.harness import RankContext  # noqa: E402
-from paramserver import ShardState  # noqa: E402
+from archzoo.paramserver import ShardState  # noqa: E402
 
 ROUNDS = 12
 

@@ -2,9 +2,10 @@
 gloo|mpi [dead|dead-in-flight]``.
 
 Run on every rank (tests/mp.py: ``run_gloo`` / ``run_mpi``). Rank 0 runs an
-:class:`~actors.inference.InferenceServer` (a :class:`~actors.batched_policy.BatchedPolicy` over a
-seeded ActorCritic on the CPU); the other ranks are actors with a
-:class:`~actors.remote.PolicyClient`. Every request carries E = 4 envs of CartPole-v1.
+:class:`~archzoo.actors.inference.InferenceServer` (a
+:class:`~archzoo.actors.batched_policy.BatchedPolicy` over a seeded ActorCritic on the CPU);
+the other ranks are actors with a :class:`~archzoo.actors.remote.PolicyClient`. Every
+request carries E = 4 envs of CartPole-v1.
 
 Cases (world size 5: 4 actors; each case has its own tags, cases are separated by barriers;
 each rank prints ``CASE <name> OK`` or ``CASE <name> FAIL: ...`` and exits 0 only if all
@@ -50,15 +51,15 @@ import numpy as np
 import torch
 from mp import log, rank_exit, run_cases
 
-from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
-from actors.inference import InferenceServer
-from actors.remote import PolicyClient, SeedActor, new_run_id
-from actors.unroll import unroll_schema
+from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from archzoo.actors.inference import InferenceServer
+from archzoo.actors.remote import PolicyClient, SeedActor, new_run_id
+from archzoo.actors.unroll import unroll_schema
 from archzoo.comm import ControlChannel, Message, Schema, Transport
 from archzoo.comm.factory import detect_launch, make_transport
 from archzoo.envs import EnvSpec, env_spec
+from archzoo.learners.unroll_builder import UnrollBuilder
 from archzoo.nets import ActorCritic, get_flat
-from learners.unroll_builder import UnrollBuilder
 
 TIMEOUT_S = 20.0  # every transport wait
 CASE_DEADLINE_S = 20.0  # the server's serve loop in one case

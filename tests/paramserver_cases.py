@@ -45,7 +45,7 @@ from mp import log, rank_exit, run_cases
 
 from archzoo.comm import ControlChannel, PeerFailure, PeerTimeout, Transport
 from archzoo.comm.factory import detect_launch, make_transport
-from paramserver import (
+from archzoo.paramserver import (
     Adam,
     Outcome,
     ParamShard,

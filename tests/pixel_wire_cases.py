@@ -25,15 +25,15 @@ from functools import partial
 import numpy as np
 from mp import rank_exit, run_cases
 
-from actors.batched_policy import request_schema
-from actors.unroll import unroll_schema
 from archzoo import builders
+from archzoo.actors.batched_policy import request_schema
+from archzoo.actors.unroll import unroll_schema
 from archzoo.comm import Inbox, Schema, Transport
 from archzoo.comm.factory import detect_launch, make_transport
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import ApexConfig
 from archzoo.envs import EnvSpec, env_spec
-from replay.server import (
+from archzoo.replay.server import (
     RateLimiter,
     ReplayServer,
     ShardedReplayClient,

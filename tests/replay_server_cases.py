@@ -38,8 +38,8 @@ from mp import log, rank_exit, run_cases
 
 from archzoo.comm import ControlChannel, Transport
 from archzoo.comm.factory import detect_launch, make_transport
-from replay.memory import PrioritizedReplay, UniformReplay, importance_weights
-from replay.server import (
+from archzoo.replay.memory import PrioritizedReplay, UniformReplay, importance_weights
+from archzoo.replay.server import (
     TRANSITION_FIELDS,
     Batch,
     RateLimiter,

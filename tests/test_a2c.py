@@ -15,11 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from actors.segment import Segment, SegmentActor
+from archzoo.actors.segment import Segment, SegmentActor
 from archzoo.envs import env_spec
+from archzoo.learners.a2c import A2CConfig, a2c_gradient, a2c_loss, n_step_returns
 from archzoo.nets import ActorCritic, get_flat, num_params
 from archzoo.seeding import env_seeds
-from learners.a2c import A2CConfig, a2c_gradient, a2c_loss, n_step_returns
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from archzoo.comm.control import control_schema
 from archzoo.envs import env_spec
 from archzoo.nets import ActorCritic, num_params
-from paramserver.shard import push_schema, reply_schema, request_schema, shard_bounds
+from archzoo.paramserver.shard import push_schema, reply_schema, request_schema, shard_bounds
 from tests.mp import describe, run_mpi
 from tests.runs import (
     RANDOM_RETURN,

@@ -76,8 +76,8 @@ def test_monitor_goes_on_from_its_state() -> None:
 
 
 def test_a_learner_restored_from_its_state_takes_the_same_next_step() -> None:
-    from actors.unroll import UnrollActor, unroll_schema
     from archzoo import builders
+    from archzoo.actors.unroll import UnrollActor, unroll_schema
     from archzoo.config import ImpalaConfig
 
     cfg = ImpalaConfig(arch="impala", device="cpu", seed=0, envs_per_actor=2, unroll_length=8)
@@ -104,8 +104,8 @@ def test_a_learner_restored_from_its_state_takes_the_same_next_step() -> None:
 @pytest.mark.parametrize("name", ["rmsprop", "adam"])
 def test_a_parameter_shard_restored_from_its_state_takes_the_same_next_step(
         tmp_path: Path, name: str) -> None:
-    from paramserver import make_optimizer
-    from paramserver.shard import ShardState
+    from archzoo.paramserver import make_optimizer
+    from archzoo.paramserver.shard import ShardState
 
     rng = np.random.default_rng(0)
     grads = rng.normal(size=(3, 50)).astype(np.float32)

@@ -221,7 +221,11 @@ class CodeIndex:
 
 
 def _module_name(path: str) -> str:
+    """A source file's dotted name as installed: the components' folders are archzoo's
+    subpackages (``actors/base.py`` is ``archzoo.actors.base``)."""
     parts = path[:-3].split("/")
+    if parts[0] in ("actors", "learners", "replay", "paramserver"):
+        parts.insert(0, "archzoo")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from learners.dqn import (
+from archzoo.learners.dqn import (
     DQNConfig,
     DQNLearner,
     QNetwork,
@@ -99,7 +99,7 @@ def test_loss_gradient_and_priorities_match_hand_computation(dueling: bool) -> N
 
     np.testing.assert_allclose(learner.td_abs(b), delta.abs().detach().numpy(), rtol=1e-5)
     # Gorila's learner: the same gradient, not applied, and the same statistics (one
-    # function, learners.dqn.update_stats, makes both)
+    # function, archzoo.learners.dqn.update_stats, makes both)
     _, td_g, stats_g = dqn_gradient(copy.deepcopy(learner.model), learner.target, b, w,
                                     huber_delta=0.5, max_grad_norm=1e9)
     td, stats = learner.update(b, w)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.frames import FramePool
-from replay.memory import PrioritizedReplay, UniformReplay
-from replay.server import memory_fields
+from archzoo.replay.frames import FramePool
+from archzoo.replay.memory import PrioritizedReplay, UniformReplay
+from archzoo.replay.server import memory_fields
 
 SHAPE = (4, 6, 5)  # a stack of 4 frames of 6×5, stacked along axis 0 as ALE's are
 

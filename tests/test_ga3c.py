@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.batched_policy import reply_schema, request_schema
-from actors.unroll import unroll_schema
+from archzoo.actors.batched_policy import reply_schema, request_schema
+from archzoo.actors.unroll import unroll_schema
 from archzoo.comm.control import control_schema
 from archzoo.envs import env_spec
 from tests.mp import describe, run_mpi

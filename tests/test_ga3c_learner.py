@@ -26,11 +26,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from actors.unroll import unroll_schema
+from archzoo.actors.unroll import unroll_schema
 from archzoo.envs import EnvSpec
+from archzoo.learners.ga3c import A3CUnrollLearner
+from archzoo.learners.vtrace import ImpalaLossConfig
 from archzoo.nets import ActorCritic
-from learners.ga3c import A3CUnrollLearner
-from learners.vtrace import ImpalaLossConfig
 
 T, E, A, OBS = 4, 3, 3, 5
 GAMMA, VALUE_COEF, ENTROPY_COEF = 0.9, 0.7, 0.05

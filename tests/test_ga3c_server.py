@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 import torch
 
-from actors.unroll import UnrollActor, unroll_schema
 from archzoo import builders
+from archzoo.actors.unroll import UnrollActor, unroll_schema
 from archzoo.config import Ga3cConfig
 from archzoo.envs import env_spec
+from archzoo.learners.ga3c_server import Ga3cServer
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Message
 from archzoo.nets import ActorCritic
 from archzoo.runlog import Monitor
-from learners.ga3c_server import Ga3cServer
-from learners.vtrace_learner import VTraceLearner
 
 SPEC = env_spec("CartPole-v1")
 E, T = 3, 5

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import torch
 
-from actors.evaluation import GreedyEvaluator
-from actors.transitions import TransitionActor
+from archzoo.actors.evaluation import GreedyEvaluator
+from archzoo.actors.transitions import TransitionActor
 from archzoo.envs import env_spec, make_vector_env
+from archzoo.learners.dqn import QNetwork
 from archzoo.seeding import env_seeds
-from learners.dqn import QNetwork
 from tests.logged_env import ENV_ID, NUM_ACTIONS
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from actors.batched_policy import BatchedPolicy, InferenceStats
-from actors.inference import InferenceServer
+from archzoo.actors.batched_policy import BatchedPolicy, InferenceStats
+from archzoo.actors.inference import InferenceServer
 from archzoo.nets import ActorCritic, get_flat
 
 HERE = Path(__file__).resolve().parent

@@ -28,8 +28,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("archzoo", "actors", "learners", "replay", "paramserver")
-COMPONENTS = ("actors", "learners", "replay", "paramserver")
+PACKAGES = ("archzoo", "actors", "learners", "replay", "paramserver")  # folders
+# the components' folders install as archzoo's subpackages (pyproject.toml's package-dir)
+NAMES = {"actors": "archzoo.actors", "learners": "archzoo.learners",
+         "replay": "archzoo.replay", "paramserver": "archzoo.paramserver"}
+COMPONENTS = tuple(NAMES.values())
 UPPER = "archzoo.architectures"
 ENTRY = ("archzoo.cli", "archzoo.api", "archzoo.resolve", "archzoo.launcher", "archzoo.worker")
 # (the modules under these, must not reach any module under those)
@@ -43,14 +46,18 @@ RULES = (
 FACADE = {"archzoo"}
 
 
-def module_files(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
-    """Every module of ``packages`` by dotted name (a package by its own name)."""
+def module_files(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES,
+                 names: dict[str, str] | None = None) -> dict[str, Path]:
+    """Every module of the folders ``packages`` by dotted name (a package by its own name),
+    a folder named by ``names`` (default NAMES for the repository's own) under that name."""
+    names = NAMES if names is None and root == ROOT else (names or {})
     found: dict[str, Path] = {}
     for pkg in packages:
         for path in sorted((root / pkg).rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
+            parts[0] = names.get(parts[0], parts[0])
             found[".".join(parts)] = path
     return found
 
@@ -227,6 +234,32 @@ def test_the_graph_sees_the_imports() -> None:
         set(graph["archzoo.harness.protocol"])
     assert "archzoo.architectures.impala" not in graph["archzoo.architectures"]  # lazy
     assert "archzoo.harness" in graph["archzoo.architectures.impala"]
+    # a component's folder is read under its installed name
+    assert "archzoo.actors.unroll" in graph["archzoo.learners.vtrace_learner"]
+
+
+def test_one_namespace_archzoo() -> None:
+    """Every folder's modules install under ``archzoo`` (pyproject.toml lists each package,
+    the components through package-dir), and no module, test or benchmark imports a
+    component by a top-level name: ``import actors`` works only from a checkout."""
+    import tomllib
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.parent.relative_to(ROOT).parts)
+               for pkg in PACKAGES for p in (ROOT / pkg).rglob("__init__.py")}
+    assert set(conf["packages"]) == {NAMES.get(f.split(".")[0], f.split(".")[0]) +
+                                     f[len(f.split(".")[0]):] for f in folders}
+    assert conf["package-dir"] == {v: k for k, v in NAMES.items()}
+    bad = []
+    for folder in (*PACKAGES, "tests", "benchmarks", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and \
+                    not node.level else []
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno} {m}" for m in mods
+                        if m.split(".")[0] in NAMES]
+    assert not bad, "top-level component imports:\n" + "\n".join(bad)
 
 
 def test_the_graph_of_a_made_up_package(tmp_path: Path) -> None:
@@ -297,9 +330,10 @@ def test_the_checks_catch_a_cycle_and_an_upward_path() -> None:
     graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
     assert find_cycles(graph) == [["a", "b", "c", "a"]]
     assert find_cycles({"a": {"b": 1}, "b": {}}) == []
-    up = {"actors.x": {"archzoo.y": 1}, "archzoo.y": {"archzoo.architectures.z": 1},
+    up = {"archzoo.actors.x": {"archzoo.y": 1}, "archzoo.y": {"archzoo.architectures.z": 1},
           "archzoo.architectures.z": {}}
-    assert path_to(up, "actors.x", UPPER) == ["actors.x", "archzoo.y", "archzoo.architectures.z"]
-    assert upward_paths(up) == [["actors.x", "archzoo.y", "archzoo.architectures.z"]]
-    assert upward_paths({"learners.x": {"archzoo.harness.y": 1}, "archzoo.harness.y": {}}) \
-        == [["learners.x", "archzoo.harness.y"]]
+    chain = ["archzoo.actors.x", "archzoo.y", "archzoo.architectures.z"]
+    assert path_to(up, "archzoo.actors.x", UPPER) == chain
+    assert upward_paths(up) == [chain]
+    assert upward_paths({"archzoo.learners.x": {"archzoo.harness.y": 1},
+                         "archzoo.harness.y": {}}) == [["archzoo.learners.x", "archzoo.harness.y"]]

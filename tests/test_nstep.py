@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from actors.nstep import NStepAssembler, NStepBatch
+from archzoo.actors.nstep import NStepAssembler, NStepBatch
 from archzoo.envs import make_vector_env
 
 Transition = tuple  # (obs bytes, action, ret, next_obs bytes, discount)

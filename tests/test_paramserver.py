@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archzoo.comm import PeerFailure
-from archzoo.runlog import VersionClock
-from paramserver import (
+from archzoo.paramserver import (
     Adam,
     Outcome,
     ShardState,
@@ -27,6 +26,7 @@ from paramserver import (
     make_optimizer,
     shard_bounds,
 )
+from archzoo.runlog import VersionClock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -14,14 +14,14 @@ import torch
 from mp import describe, run_gloo, run_mpi
 from runs import cli, load_run, torchrun
 
-from actors.base import vector_seed
-from actors.batched_policy import request_schema
-from actors.unroll import UnrollActor, unroll_schema
+from archzoo.actors.base import vector_seed
+from archzoo.actors.batched_policy import request_schema
+from archzoo.actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec, make_vector_env
+from archzoo.learners.dqn import QNetwork
 from archzoo.nets import ActorCritic, make_torso
+from archzoo.replay.server import reply_schema, transitions_schema
 from archzoo.seeding import env_seeds
-from learners.dqn import QNetwork
-from replay.server import reply_schema, transitions_schema
 
 MINATAR, PONG = "MinAtar/Breakout-v1", "ALE/Pong-v5"
 HERE = Path(__file__).resolve().parent

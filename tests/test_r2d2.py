@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from actors.sequences import SequenceActor, sequence_fields
-from actors.unroll import core_inputs
 from archzoo import builders
+from archzoo.actors.sequences import SequenceActor, sequence_fields
+from archzoo.actors.unroll import core_inputs
 from archzoo.config import R2D2Config
 from archzoo.envs import env_spec
-from archzoo.messages import Schema
-from archzoo.nets import RecurrentQNetwork
-from learners.r2d2 import (
+from archzoo.learners.r2d2 import (
     R2D2Learner,
     inverse_value_rescale,
     n_step_returns,
@@ -25,7 +23,9 @@ from learners.r2d2 import (
     time_major,
     value_rescale,
 )
-from replay.server import insert_schema
+from archzoo.messages import Schema
+from archzoo.nets import RecurrentQNetwork
+from archzoo.replay.server import insert_schema
 
 ENV = "archzoo/CartPoleNoVel-v1"
 
@@ -224,7 +224,7 @@ def test_bad_sequence_flags_are_refused_in_one_line() -> None:
 
 
 def test_a_recurrent_policy_acts_as_the_actors_greedy_policy_and_resets() -> None:
-    from actors.sequences import RecurrentGreedy
+    from archzoo.actors.sequences import RecurrentGreedy
     from archzoo.policy import Policy
 
     torch.manual_seed(0)

@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 import torch
 
-from actors.unroll import UnrollActor, core_inputs, unroll_schema
+from archzoo.actors.unroll import UnrollActor, core_inputs, unroll_schema
 from archzoo.envs import env_spec, make_vector_env
+from archzoo.learners.vtrace import ImpalaLossConfig
+from archzoo.learners.vtrace_learner import VTraceLearner, batch_unrolls
 from archzoo.memory_envs import CARTPOLE_NOVEL_ID
 from archzoo.nets import RecurrentActorCritic
-from learners.vtrace import ImpalaLossConfig
-from learners.vtrace_learner import VTraceLearner, batch_unrolls
 from tests.mp import describe, run_mpi
 from tests.runs import cli, load_run, torchrun
 
@@ -268,8 +268,8 @@ def test_seed_server_answers_each_env_as_a_loop_over_its_own_state(prev: bool) -
     """Two actors of three envs, answered in batches of every composition (one actor, both,
     either order) over 12 steps with episode starts and a restarted actor: each env's logits
     equal a step-by-step loop of the model over that env's observations alone."""
-    from actors.batched_policy import BatchedPolicy, request_schema
-    from actors.core_states import CoreStates
+    from archzoo.actors.batched_policy import BatchedPolicy, request_schema
+    from archzoo.actors.core_states import CoreStates
 
     model, E, actors = _model(prev, seed=3), 3, [1, 2]
     spec = env_spec(ENV)
@@ -310,9 +310,9 @@ def test_ga3c_stamped_unrolls_replay_to_the_predictors_logits(prev: bool) -> Non
     predictors' core states (actors/core_states.py with T): each unroll, stamped on arrival
     with the state its first step was answered from, replays to the behaviour logits the
     agent acted on (episodes end inside the unrolls); an agent's restart starts afresh."""
-    from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
-    from actors.core_states import CoreStates
-    from actors.remote import LocalPolicyClient, RemoteUnrollActor
+    from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+    from archzoo.actors.core_states import CoreStates
+    from archzoo.actors.remote import LocalPolicyClient, RemoteUnrollActor
 
     T, E, agents = 15, 3, [1, 2]
     spec = env_spec(ENV)
@@ -366,8 +366,8 @@ def test_a2c_gradient_replays_the_actors_core_over_each_segment() -> None:
     """An actor-learner's segments carry their initial core state: unrolling the core over
     a segment from it gives the logits the actor acted on, across episode ends and from one
     segment to the next; the gradient reaches the core."""
-    from actors.segment import SegmentActor
-    from learners.a2c import A2CConfig, a2c_gradient
+    from archzoo.actors.segment import SegmentActor
+    from archzoo.learners.a2c import A2CConfig, a2c_gradient
 
     model = _model(True, seed=5)
     seen: list[torch.Tensor] = []
@@ -445,9 +445,7 @@ def test_run_under_mpiexec(tmp_path: Path, arch: str) -> None:
     _check(d, "mpi", 3)
 
 
-# the architectures whose core state travels in a message (unrolls); A3C's and GALA's stays
-# in the process that computes the gradient, whatever the engine (mpiexec runs them above)
-@pytest.mark.parametrize("arch", ["impala", "seed", "ga3c"])
+@pytest.mark.parametrize("arch", CORE_ARCHS)
 def test_run_under_torchrun(tmp_path: Path, arch: str) -> None:
     d = tmp_path / "run"
     torchrun(3, "run", arch, *RUN, "--run-dir", str(d), timeout=120)

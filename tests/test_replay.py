@@ -8,7 +8,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from replay.memory import PrioritizedReplay, SampleBatch, UniformReplay, importance_weights
+from archzoo.replay.memory import PrioritizedReplay, SampleBatch, UniformReplay, importance_weights
 
 FIELDS = {"obs": ((3,), np.dtype(np.float32)), "action": ((), np.dtype(np.int64))}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.memory import PrioritizedReplay
-from replay.server import (
+from archzoo.replay.memory import PrioritizedReplay
+from archzoo.replay.server import (
     LocalReplayClient,
     RateLimiter,
     insert,
@@ -72,7 +72,7 @@ CAP = 4  # transitions per insert message
 
 
 class Feeder:
-    """Inserts known transitions (ret = id, obs = id) through replay.server.insert()."""
+    """Inserts known transitions (ret = id, obs = id) through archzoo.replay.server.insert()."""
 
     def __init__(self, memory, limiter: RateLimiter) -> None:
         self.memory, self.limiter = memory, limiter

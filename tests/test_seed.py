@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from actors.batched_policy import reply_schema, request_schema
+from archzoo.actors.batched_policy import reply_schema, request_schema
 from archzoo.comm.control import control_schema
 from archzoo.envs import env_spec
 from tests.mp import describe, run_mpi

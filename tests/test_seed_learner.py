@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-from actors.batched_policy import BatchedPolicy
-from actors.remote import LocalPolicyClient, SeedActor
+from archzoo.actors.batched_policy import BatchedPolicy
+from archzoo.actors.remote import LocalPolicyClient, SeedActor
+from archzoo.learners.seed import SeedLearner
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Message
 from archzoo.runlog import Monitor
-from learners.seed import SeedLearner
-from learners.vtrace_learner import VTraceLearner
 from tests.test_sync_equivalence import HP, _learner
 from tests.test_unroll_builder import REP_S, REQ_S, SPEC, U_SCHEMA, E, Stream, T
 

@@ -28,21 +28,21 @@ import numpy as np
 import pytest
 import torch
 
-from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
-from actors.core_states import CoreStates
-from actors.remote import SeedActor
-from actors.unroll import UnrollActor, unroll_schema
+from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from archzoo.actors.core_states import CoreStates
+from archzoo.actors.remote import SeedActor
+from archzoo.actors.unroll import UnrollActor, unroll_schema
 from archzoo.envs import env_spec
+from archzoo.learners.unroll_builder import UnrollBuilder
+from archzoo.learners.vtrace import ImpalaLossConfig
 from archzoo.nets import ActorCritic, RecurrentActorCritic, get_flat, num_params, set_flat
 from archzoo.seeding import actor_seed
-from learners.unroll_builder import UnrollBuilder
-from learners.vtrace import ImpalaLossConfig
 from tests.runs import cli, load_run
 
 try:  # the learner class is being renamed (learners/vtrace_learner.py)
-    from learners.vtrace_learner import VTraceLearner as Learner
+    from archzoo.learners.vtrace_learner import VTraceLearner as Learner
 except ImportError:  # pragma: no cover - the name before the rename
-    from learners.impala import ImpalaLearner as Learner
+    from archzoo.learners.impala import ImpalaLearner as Learner
 
 ENV = "CartPole-v1"
 ACTORS = (1, 2)  # ranks of the actors; rank 0 is the learner

@@ -35,8 +35,7 @@ def test_the_check_sees_an_overlap() -> None:
 
 
 def test_the_registry_is_what_the_others_use() -> None:
-    import paramserver
-    from archzoo import harness
+    from archzoo import harness, paramserver
 
     assert paramserver.PSTags is tags.PSTags
     for name in ("TAG_CONTROL", "TAG_PARAMS", "TAG_UNROLL", "TAG_TRANSITIONS", "TAG_TOPOLOGY",

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from actors.transitions import TransitionActor, epsilon
+from archzoo.actors.transitions import TransitionActor, epsilon
 from archzoo.envs import env_spec
-from learners.dqn import QNetwork
-from replay.server import transitions_schema
+from archzoo.learners.dqn import QNetwork
+from archzoo.replay.server import transitions_schema
 from tests import logged_env
 from tests.logged_env import ENV_ID, NUM_ACTIONS
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.trees import MinTree, SumTree
+from archzoo.replay.trees import MinTree, SumTree
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

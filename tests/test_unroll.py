@@ -20,8 +20,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.base import vector_seed
-from actors.unroll import TIMING, UnrollActor, unroll_schema
+from archzoo.actors.base import vector_seed
+from archzoo.actors.unroll import TIMING, UnrollActor, unroll_schema
 from archzoo.envs import EnvSpec, env_spec, make_vector_env
 from archzoo.nets import ActorCritic
 from archzoo.seeding import env_seeds

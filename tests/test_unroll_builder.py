@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from actors.base import vector_seed
-from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
-from actors.remote import LocalPolicyClient, SeedActor
-from actors.unroll import unroll_schema
+from archzoo.actors.base import vector_seed
+from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from archzoo.actors.remote import LocalPolicyClient, SeedActor
+from archzoo.actors.unroll import unroll_schema
 from archzoo.comm import Message
 from archzoo.envs import env_spec, make_vector_env
+from archzoo.learners.unroll_builder import UnrollBuilder
 from archzoo.nets import ActorCritic
 from archzoo.seeding import env_seeds
-from learners.unroll_builder import UnrollBuilder
 
 ENV = "CartPole-v1"
 E, T = 3, 5

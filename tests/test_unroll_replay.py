@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from actors.unroll import unroll_schema
+from archzoo.actors.unroll import unroll_schema
 from archzoo.envs import EnvSpec
+from archzoo.learners.vtrace import ImpalaLossConfig
+from archzoo.learners.vtrace_learner import VTraceLearner, batch_unrolls
 from archzoo.nets import ActorCritic
-from learners.vtrace import ImpalaLossConfig
-from learners.vtrace_learner import VTraceLearner, batch_unrolls
-from replay.unrolls import UnrollReplay
+from archzoo.replay.unrolls import UnrollReplay
 
 SPEC = EnvSpec("Test-v0", (3,), "<f4", 2)
 SCHEMA = unroll_schema(SPEC, unroll_length=4, num_envs=2)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from learners.vtrace import ImpalaLossConfig, impala_loss, vtrace_targets
+from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, vtrace_targets
 
 INF = float("inf")
 CLIPS = [(1.0, 1.0), (0.5, 0.9), (2.0, 1.5), (INF, INF)]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import ActorCritic
-from learners.vtrace import ImpalaLossConfig, impala_loss
-from learners.vtrace_learner import VTraceLearner
 
 T, E, OBS, A = 6, 4, 3, 2
 

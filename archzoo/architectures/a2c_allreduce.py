@@ -11,7 +11,7 @@ learners/a2c.py). In each round:
 
 This is the decentralised data parallelism of Horovod (Sergeev & Del Balso 2018, ring
 all-reduce) and DD-PPO (Wijmans et al. 2020). The mean is the parameter server's
-(:func:`paramserver.average_gradients`): with the same seeds, every round equals a round
+(:func:`archzoo.paramserver.average_gradients`): with the same seeds, every round equals a round
 of the server-based sync A2C (``--topology star --ps-drop 0``) bit for bit. Worker i's
 envs are seeded as the server's worker i (rank 1 + i behind one shard). Only the
 communication differs, which is what a study compares.
@@ -29,16 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from actors.segment import SegmentActor
 from archzoo import builders, harness
+from archzoo.actors.segment import SegmentActor
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.learners.a2c import a2c_gradient
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.paramserver import average_gradients
 from archzoo.runlog import Timers
 from archzoo.topology.factory import make_topology
 from archzoo.topology.star import params_schema
-from learners.a2c import a2c_gradient
-from paramserver import average_gradients
 
 
 def worker_seed(seed: int, worker: int) -> int:

@@ -30,16 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from actors.segment import SegmentActor
 from archzoo import builders, harness
+from archzoo.actors.segment import SegmentActor
 from archzoo.architectures import a2c_allreduce
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import param_shard, run_shards
+from archzoo.learners.a2c import a2c_gradient
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.paramserver import PSClient, ShardState, ps_schemas
 from archzoo.tags import PS_TAGS
-from learners.a2c import a2c_gradient
-from paramserver import PSClient, ShardState, ps_schemas
 
 APPLIED = "gradients worker->shards and parameters shards->worker point-to-point (star)"
 

@@ -11,9 +11,10 @@ K = 0 the replay lives in the learner); the remaining ranks are actors.
 - The learner samples (prefetching the next batch while it trains), takes a double-DQN
   step on n-step targets weighted by importance weights, and sends the new priorities
   back; it broadcasts parameters over the star. "Solved" uses the greedy evaluation.
-- Reported (metrics.csv): the learner's update statistics (:func:`learners.dqn.update_stats`)
-  and the actors' policy lag: the learner's version when an actor reports − the version it
-  acts with, and how long ago the learner published that version.
+- Reported (metrics.csv): the learner's update statistics
+  (:func:`archzoo.learners.dqn.update_stats`) and the actors' policy lag: the learner's
+  version when an actor reports − the version it acts with, and how long ago the learner
+  published that version.
 """
 
 from __future__ import annotations

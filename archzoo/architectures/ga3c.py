@@ -26,20 +26,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
-from actors.core_states import CoreStates
-from actors.inference import inference_summary
-from actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
-from actors.unroll import unroll_schema
 from archzoo import builders, harness
+from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from archzoo.actors.core_states import CoreStates
+from archzoo.actors.inference import inference_summary
+from archzoo.actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
+from archzoo.actors.unroll import unroll_schema
 from archzoo.comm import Inbox, Request
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import Ga3cConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.learners.ga3c_server import Ga3cServer
 from archzoo.nets import Locked
 from archzoo.runlog import Timers
-from learners.ga3c_server import Ga3cServer
 
 APPLIED = ("none: inference is central, so there is no parameter broadcast; requests and "
            "unrolls agent->server, replies server->agent, point-to-point")

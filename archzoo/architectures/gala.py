@@ -26,17 +26,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.segment import SegmentActor
 from archzoo import builders, harness
+from archzoo.actors.segment import SegmentActor
 from archzoo.config import GalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.learners.a2c import a2c_gradient
 from archzoo.nets import get_flat, num_params, set_flat, set_flat_grad
 from archzoo.runlog import Monitor, Timers
 from archzoo.topology.factory import make_topology
 from archzoo.topology.ring import NeighbourDistances, consensus_distance
 from archzoo.topology.star import params_schema
-from learners.a2c import a2c_gradient
 
 APPLIED = "model averaging by gossip between ring neighbours; stop flag broadcast along the ring"
 

@@ -17,7 +17,7 @@ uniform unless ``--prioritized``), then ``--learners L`` learners, then the acto
   (``grad_staleness``: its version when the gradient arrives − the version the learner
   computed it on, in versions and seconds); ``policy_lag`` is the actors' (shard 0's
   version when an actor reports − the version it acts with, and that version's age); the
-  learners add their updates' statistics (:func:`learners.dqn.update_stats`, as Ape-X's
+  learners add their updates' statistics (:func:`archzoo.learners.dqn.update_stats`, as Ape-X's
   learner) to reports of their own.
 """
 
@@ -37,13 +37,13 @@ from archzoo.harness.ps_roles import param_shard, run_shards
 from archzoo.harness.replay_role import serve_replay
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.harness.transition_role import TransitionLeaf
+from archzoo.learners.dqn import dqn_gradient
 from archzoo.nets import num_params, set_flat
+from archzoo.paramserver import PSClient, make_optimizer, ps_schemas
+from archzoo.replay.server import ShardedReplayClient
 from archzoo.tags import PS_TAGS
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
-from learners.dqn import dqn_gradient
-from paramserver import PSClient, make_optimizer, ps_schemas
-from replay.server import ShardedReplayClient
 
 STREAMS = ("gradients learner->shards, parameters shards->learners, transitions "
            "actor->replay, samples replay->learner: point-to-point")

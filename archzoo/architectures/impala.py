@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from actors.action_log import ActionLog, catch_up
-from actors.unroll import TIMING, UnrollActor
 from archzoo import builders, harness
+from archzoo.actors.action_log import ActionLog, catch_up
+from archzoo.actors.unroll import TIMING, UnrollActor
 from archzoo.comm import Message
 from archzoo.comm.sender import SendWindow
 from archzoo.envs import EnvSpec

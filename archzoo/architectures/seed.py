@@ -27,18 +27,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.action_log import ActionLog, catch_up
-from actors.batched_policy import BatchedPolicy, reply_schema, request_schema
-from actors.core_states import CoreStates
-from actors.inference import InferenceServer, inference_summary
-from actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from archzoo import builders, harness
+from archzoo.actors.action_log import ActionLog, catch_up
+from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
+from archzoo.actors.core_states import CoreStates
+from archzoo.actors.inference import InferenceServer, inference_summary
+from archzoo.actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.learners.seed import SeedLearner
 from archzoo.runlog import Monitor
-from learners.seed import SeedLearner
 
 POLL_CONTROL_EVERY = 16  # actor steps between looks at the control channel
 APPLIED = ("none: inference is central, so there is no parameter broadcast; "

@@ -22,9 +22,9 @@ from archzoo.comm import Message
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import RootRun, leaf, root
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.paramserver import ParamShard, shard_bounds
 from archzoo.tags import PS_TAGS, TAG_FINAL_PARAMS
 from archzoo.topology.star import params_schema
-from paramserver import ParamShard, shard_bounds
 
 
 @dataclass

@@ -2,7 +2,7 @@
 memory) and a learner's replay, on other ranks or in its own process.
 
 A replay rank inserts its actors' n-step transitions and answers its learners' sample
-requests and priority updates (:class:`replay.server.ReplayServer`) until the stop; its BYE
+requests and priority updates (:class:`archzoo.replay.server.ReplayServer`) until the stop; its BYE
 carries its counters under ``replay`` (summary.json's ``replay``).
 """
 
@@ -17,15 +17,15 @@ from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import leaf
-from archzoo.tags import REPLAY_TAGS, SAMPLE_TAGS, TAG_TRANSITIONS
-from replay.keeper import ReplayKeeper
-from replay.server import (
+from archzoo.replay.keeper import ReplayKeeper
+from archzoo.replay.server import (
     LocalReplayClient,
     RateLimiter,
     ReplayServer,
     ShardedReplayClient,
     insert,
 )
+from archzoo.tags import REPLAY_TAGS, SAMPLE_TAGS, TAG_TRANSITIONS
 
 
 def serve_replay(ctx: RankContext, spec: EnvSpec, digests: dict[str, str], *,

@@ -10,15 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from actors.evaluation import GreedyEvaluator
 from archzoo import builders
+from archzoo.actors.evaluation import GreedyEvaluator
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed, finish_single, open_run
 from archzoo.harness.protocol import RankContext
 from archzoo.nets import get_flat, num_params, set_flat
-from replay.keeper import ReplayKeeper
-from replay.server import LocalReplayClient, RateLimiter, insert
+from archzoo.replay.keeper import ReplayKeeper
+from archzoo.replay.server import LocalReplayClient, RateLimiter, insert
 
 SINGLE_PROCESS_SPI = 4.0  # with --samples-per-insert 0: a usual DQN replay ratio
 

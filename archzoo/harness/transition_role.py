@@ -1,7 +1,7 @@
 """The actor of the DQN family (Ape-X, Gorila): ε-greedy, n-step transitions to a replay.
 
 Actor i of N explores with Ape-X's ladder ε_i = ε^(1 + α·i/(N−1))
-(:func:`actors.transitions.epsilon`), sends its batches of transitions to one replay rank
+(:func:`archzoo.actors.transitions.epsilon`), sends its batches of transitions to one replay rank
 without waiting (a double buffer: it collects one while the other is on the wire), and runs
 greedy evaluation episodes every ``--eval-interval`` seconds; its episodes and evaluations
 go to rank 0. Where its parameters come from is the architecture's.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.evaluation import GreedyEvaluator
-from actors.transitions import epsilon
 from archzoo import builders
+from archzoo.actors.evaluation import GreedyEvaluator
+from archzoo.actors.transitions import epsilon
 from archzoo.comm import Message
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.envs import EnvSpec

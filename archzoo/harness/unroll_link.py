@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actors.action_log import ActionLog
 from archzoo import builders
+from archzoo.actors.action_log import ActionLog
 from archzoo.comm import ControlChannel, Inbox, Message, PeerTimeout
 from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
@@ -23,12 +23,12 @@ from archzoo.harness.finish import finish_run, open_run
 from archzoo.harness.protocol import RankContext, finish_root, handshake_root
 from archzoo.harness.stats import account_unroll
 from archzoo.harness.survivors import Survivors
+from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import ActorCritic, get_flat, num_params
 from archzoo.runlog import Monitor, RunDir, Timers
 from archzoo.tags import TAG_ACTIONS, TAG_CONTROL, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
 from archzoo.topology.broadcast import ParamsBroadcast, describe_broadcast
 from archzoo.topology.star import params_schema
-from learners.vtrace_learner import VTraceLearner
 
 STREAMS = "unrolls actor->learner point-to-point"
 
