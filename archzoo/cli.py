@@ -112,10 +112,20 @@ def cmd_list_configs() -> int:
     return 0
 
 
+def _stacks_on_sigusr2() -> None:
+    """``kill -USR2 PID`` prints every thread's stack to this process's stderr (fd 2)."""
+    stderr = sys.__stderr__
+    if not hasattr(signal, "SIGUSR2") or stderr is None:
+        return
+    try:
+        faulthandler.register(signal.SIGUSR2, file=stderr, all_threads=True)
+    except (OSError, ValueError, AttributeError):  # a stderr without a file descriptor
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if hasattr(signal, "SIGUSR2"):
-        faulthandler.register(signal.SIGUSR2, all_threads=True)
+    _stacks_on_sigusr2()
     if argv[:1] in (["--version"], ["-V"]):
         print(f"archzoo {version()}")
         return 0

@@ -51,9 +51,9 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: V-trace updates on the actors' fresh unrolls plus replayed ones."""
     cfg = ctx.cfg
     learner = builders.vtrace_learner(cfg, spec)
-    link = LearnerLink(ctx, spec, learner.model)  # inbox, broadcast, handshake
+    link = LearnerLink(ctx, spec, learner.model)  # unroll inbox, parameter broadcast
     memory = UnrollReplay(link.unroll_schema, cfg.replay_capacity, seed=cfg.seed)
-    run_dir, mon = link.open_run(learner)  # checkpoints the learner; --resume loads it
+    run_dir, mon = link.open_run(learner)  # handshake; checkpoints; --resume loads
     link.send_params(learner)  # version 0: every actor starts from the learner's weights
     stop, lag = None, 0  # lag: summed over replayed unrolls, in learner versions
     while stop is None:

@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from archzoo import builders
 from archzoo.actors.action_log import ActionLog
-from archzoo.comm import ControlChannel, Inbox, Message, PeerTimeout
+from archzoo.comm import Inbox, Message, PeerTimeout
 from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
-from archzoo.harness.finish import finish_run, open_run
-from archzoo.harness.protocol import RankContext, finish_root, handshake_root
+from archzoo.harness.protocol import RankContext
+from archzoo.harness.roles import RootRun, root
 from archzoo.harness.stats import account_unroll
 from archzoo.harness.survivors import Survivors
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import ActorCritic, get_flat, num_params
 from archzoo.runlog import Monitor, RunDir, Timers
-from archzoo.tags import TAG_ACTIONS, TAG_CONTROL, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
+from archzoo.tags import TAG_ACTIONS, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
 from archzoo.topology.broadcast import ParamsBroadcast, describe_broadcast
 from archzoo.topology.star import params_schema
 
@@ -49,11 +50,13 @@ def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
 class LearnerLink:
     """The learner's end of IMPALA's wire, for any learner loop over unrolls.
 
-    It holds the control channel to the actors, an :class:`Inbox` of their unrolls and the
-    parameter broadcast. Construction does the start-up handshake; :meth:`next_batch`
-    receives the unrolls of the next update, :meth:`release` hands their buffers back to
-    the inbox, :meth:`send_params` sends the learner's parameters (or STOP), and
-    :meth:`finish` runs the stop-and-drain protocol and writes the run's summary.
+    It holds an :class:`Inbox` of the actors' unrolls and the parameter broadcast; the run's
+    lifecycle is :func:`archzoo.harness.root`'s (``run``), entered by :meth:`open_run` (the
+    start-up handshake, the run directory and Monitor, the actors whose death an async run
+    survives) and left by :meth:`finish` (the stop-and-drain protocol, summary.json).
+    :meth:`next_batch` receives the unrolls of the next update, :meth:`release` hands their
+    buffers back to the inbox and :meth:`send_params` sends the learner's parameters (or
+    STOP).
     """
 
     def __init__(self, ctx: RankContext, spec: EnvSpec, model: ActorCritic) -> None:
@@ -61,8 +64,7 @@ class LearnerLink:
         self.ctx, self.cfg, self.spec = ctx, cfg, spec
         self.actors = list(range(1, ctx.world_size))
         self.timers = Timers()
-        self.unroll_schema, p_schema, digests = schemas(cfg, spec, model)
-        self.control = ControlChannel(t, self.actors, TAG_CONTROL)
+        self.unroll_schema, p_schema, self.digests = schemas(cfg, spec, model)
         # async: an update takes --batch-unrolls unrolls, so each actor may have that many
         # over the actors waiting (sync: one each, in rank order)
         depth = 1 if cfg.mode == "sync" or not cfg.batch_unrolls else \
@@ -72,31 +74,40 @@ class LearnerLink:
         self.published_at: dict[int, float] = {}  # version -> when it was published
         self.publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, self.actors,
                                          TAG_PARAMS, TAG_TOPOLOGY, cfg.mode)
-        handshake_root(self.control, self.actors, digests, cfg.startup_timeout)
         self.peers: list[int] = []  # whose unrolls the last batch holds
         self.lag: dict[int, list[int]] = {}  # actor -> [sum of policy lags, unrolls]
-        # async: an actor that dies is dropped from all three; sync cannot go on without it
-        self.survivors = Survivors(ctx.rank, self.actors if cfg.mode == "async"
-                                           else [], cfg.min_actors)
-        for component in (self.control, self.inbox, self.publisher):
-            self.survivors.on_drop(component.drop)
         # sync: every actor's actions, so that a resumed run goes on bit for bit
         self.actions = ActionLog(spec.num_actions) if cfg.mode == "sync" else None
+        self._stack = ExitStack()
+        self.run: RootRun | None = None
+        self.survivors: Survivors | None = None
 
     def open_run(self, learner: VTraceLearner, parts: dict[str, Any] | None = None
                  ) -> tuple[RunDir, Monitor]:
-        """The run directory and Monitor, checkpointing the learner (and ``parts``); with
-        ``--resume`` the learner goes on from the latest checkpoint."""
-        meta = builders.policy_meta(self.cfg, self.spec)
+        """The start-up handshake, then the run directory and Monitor, checkpointing the
+        learner (and ``parts``); with ``--resume`` the learner goes on from the latest
+        checkpoint. An async run goes on without an actor that dies (dropped from the
+        control channel, the inbox and the broadcast); sync cannot."""
         log = {"actions": self.actions} if self.actions is not None else {}
-        run_dir, mon = open_run(self.ctx, parts={"learner": learner, **log,
-                                                         **(parts or {})},
-                                        policy=(learner.model, meta))
-        self.survivors.elapsed = mon.elapsed
+        run = self.run = self._stack.enter_context(root(
+            self.ctx, self.actors, self.digests,
+            actors=self.actors if self.cfg.mode == "async" else [],
+            parts={"learner": learner, **log, **(parts or {})},
+            policy=(learner.model, builders.policy_meta(self.cfg, self.spec))))
+        self.survivors = run.survivors
+        run.survive(self.inbox, self.publisher)
+        inbox, publisher = self.inbox, self.publisher
+
+        def drain() -> None:  # unrolls in flight are received and dropped
+            for p in inbox.ready():
+                inbox.release(p)
+            publisher.pump()
+
+        run.on_stop(drain, outstanding=lambda: publisher.wait_all(on_poll=drain))
         if self.actions is not None:  # empty unless resumed: the actors catch up first
             self.actions.send_all(self.ctx.transport, self.actors, TAG_ACTIONS,
                                   self.cfg.startup_timeout)
-        return run_dir, mon
+        return run.run_dir, run.mon
 
     def batch_size(self) -> int:
         """Unrolls per asynchronous update: ``--batch-unrolls`` (0 = one per live actor), at
@@ -200,26 +211,19 @@ class LearnerLink:
     def finish(self, run_dir: RunDir, mon: Monitor, stop: str, learner: VTraceLearner,
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Stop and drain (unrolls in flight are received and dropped), then the last
-        metrics row, summary.json (plus ``extra``) and policy.pt; returns the summary."""
-        inbox, publisher, t = self.inbox, self.publisher, self.ctx.transport
-
-        def drain() -> None:
-            for p in inbox.ready():
-                inbox.release(p)
-            publisher.pump()
-
-        byes = finish_root(self.ctx, self.control, self.actors, drain,
-                                   outstanding=lambda: publisher.wait_all(on_poll=drain),
-                                   survivors=self.survivors)
+        metrics row, summary.json (plus ``extra``) and policy.pt; returns the summary.
+        ``run_dir`` and ``mon`` are :meth:`open_run`'s."""
+        run, t = self.run, self.ctx.transport
+        assert run is not None and (run.run_dir, run.mon) == (run_dir, mon), \
+            "finish() takes what open_run() returned"
+        run.stop = stop
+        self._stack.close()  # the stop protocol: STOP, every BYE, FINAL, the final barrier
         timers = {"learner": {"update": learner.update_s,
                               "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s}}
-        extra = {"topology_rounds": publisher.rounds(),
-                 "params_messages_root": publisher.messages(), **self.survivors.summary(),
+        extra = {"topology_rounds": self.publisher.rounds(),
+                 "params_messages_root": self.publisher.messages(),
                  "policy_lag_by_actor": {str(p): round(s / n, 3)
                                          for p, (s, n) in sorted(self.lag.items())},
                  **(extra or {})}
-        return finish_run(self.ctx, run_dir, mon, stop, policy=learner.model,
-                                  meta=builders.policy_meta(self.cfg, self.spec),
-                                  updates=learner.version, device=learner.device,
-                                  applied=topology_applied(self.cfg), timers=timers,
-                                  byes=byes, extra=extra)
+        return run.finish(learner.model, learner.version, device=learner.device,
+                          applied=topology_applied(self.cfg), timers=timers, extra=extra)
