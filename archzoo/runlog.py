@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from archzoo.progress import Progress, ranks_heard, time_left
+from archzoo.records import Distribution, LagSummary
 
 # What a V-trace learner reports per update (learners/vtrace.py): loss terms, entropy, the
 # importance weights ρ = π/μ (mean, fraction clipped at ρ̄, mean |log π/μ|), gradient norm
@@ -206,7 +207,7 @@ def sample_stats(xs: list[float]) -> dict[str, float]:
             "p90": round(pick(0.9), 3), "max": round(a[-1], 3)}
 
 
-def hist_stats(hist: Counter) -> dict[str, float]:
+def hist_stats(hist: Counter) -> Distribution:
     """:func:`sample_stats` of a histogram value -> count."""
     n = sum(hist.values())
     if not n:
@@ -259,7 +260,7 @@ class LagDistribution:
         n = sum(self.hist.values())
         return sum(k * v for k, v in self.hist.items()) / n if n else None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LagSummary:
         """The whole run's distribution, in versions and in seconds (mean, p50, p90, max)."""
         return {"versions": hist_stats(self.hist), "seconds": hist_stats(self.hist_s)}
 
@@ -392,12 +393,12 @@ class Monitor:
         """Mean policy lag (learner version − behaviour version) over the whole run."""
         return self.lag.mean
 
-    def lag_summary(self) -> dict[str, Any]:
+    def lag_summary(self) -> LagSummary:
         """summary.json's ``policy_lag``: the whole run's distribution, in versions and in
         seconds (mean, p50, p90, max)."""
         return self.lag.summary()
 
-    def staleness_summary(self) -> dict[str, Any]:
+    def staleness_summary(self) -> LagSummary:
         """summary.json's ``grad_staleness``: as :meth:`lag_summary`, for the gradients a
         parameter server received (empty distributions elsewhere)."""
         return self.staleness.summary()

@@ -9,8 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+import types
+import typing
 from pathlib import Path
 
+from archzoo.records import ByteTotals, DeadActor, RunSummary
 from archzoo.spawn import descendants
 
 ARCHZOO = [sys.executable, "-m", "archzoo"]
@@ -47,10 +50,60 @@ def load_run(d: Path) -> dict:
     assert "git_sha" in cfg and "torch" in cfg["versions"]
     s = json.loads((d / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(s), SUMMARY_KEYS - set(s)
+    assert not (bad := summary_problems(s)), bad
     rows = list(csv.DictReader(open(d / "metrics.csv")))
     assert rows and METRIC_KEYS <= set(rows[0])
     assert int(rows[-1]["env_steps"]) == s["env_steps"]
     return s
+
+
+def summary_problems(s: dict) -> list[str]:
+    """summary.json against archzoo/records.py: the keys every run writes, each rank's
+    traffic and each dead actor's entry."""
+    problems = record_problems(s, RunSummary)
+    for r, b in s.get("per_rank_bytes", {}).items():
+        problems += record_problems(b, ByteTotals, f"summary.per_rank_bytes.{r}")
+    for r, d in s.get("dead_actors", {}).items():
+        problems += record_problems(d, DeadActor, f"summary.dead_actors.{r}")
+    return problems
+
+
+def record_problems(value: object, record: type, where: str = "summary") -> list[str]:
+    """Where ``value`` (a JSON object) does not hold what the TypedDict ``record``
+    (archzoo/records.py) declares: a required key missing, or a value of another type
+    (an int passes for a float; extra keys are the architecture's own)."""
+    hints = typing.get_type_hints(record)
+    if not isinstance(value, dict):
+        return [f"{where}: {type(value).__name__}, not an object"]
+    problems = []
+    for key, hint in hints.items():
+        if key not in value:
+            if key in record.__required_keys__:
+                problems.append(f"{where}.{key}: missing")
+            continue
+        problems += _type_problems(value[key], hint, f"{where}.{key}")
+    return problems
+
+
+def _type_problems(v: object, hint: object, where: str) -> list[str]:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        tries = [_type_problems(v, a, where) for a in args]
+        return [] if any(not t for t in tries) else min(tries, key=len)
+    if typing.is_typeddict(hint):
+        return record_problems(v, hint, where)
+    if origin is dict:
+        if not isinstance(v, dict):
+            return [f"{where}: {type(v).__name__}, not an object"]
+        return [p for k, x in v.items() for p in _type_problems(x, args[1], f"{where}.{k}")]
+    if hint is typing.Any:
+        return []
+    if hint is type(None):
+        return [] if v is None else [f"{where}: {v!r}, not null"]
+    ok = {float: (int, float), int: (int,), str: (str,), bool: (bool,)}[hint]
+    if isinstance(v, bool) and hint is not bool:
+        ok = ()
+    return [] if isinstance(v, ok) else [f"{where}: {v!r} is not {hint.__name__}"]
 
 
 def filled(d: Path, col: str) -> list[float]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from archzoo.comm.errors import PeerTimeout
+from archzoo.records import ByteTotals
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -56,7 +57,7 @@ class Counters:
         self.bytes_recv[peer] += nbytes
         self.last_heard[peer] = time.monotonic()
 
-    def totals(self) -> dict[str, int]:
+    def totals(self) -> ByteTotals:
         return {
             "msgs_sent": sum(self.msgs_sent.values()),
             "bytes_sent": sum(self.bytes_sent.values()),

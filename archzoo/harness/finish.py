@@ -21,6 +21,7 @@ from archzoo import checkpoint, envvars
 from archzoo.comm import Transport
 from archzoo.harness import placement
 from archzoo.harness.protocol import RankContext
+from archzoo.records import ByeStats, RunSummary
 from archzoo.runlog import Monitor, RunDir
 from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
 
@@ -177,7 +178,7 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     return wrote
 
 
-def leaf_reports(byes: dict[int, dict[str, Any]], role: Any = "actor") -> dict[str, Any]:
+def leaf_reports(byes: dict[int, ByeStats], role: Any = "actor") -> dict[str, Any]:
     """summary.json's per-role time breakdown and per-rank bytes from the leaves' BYEs;
     ``role`` is a name or a function of the rank."""
     name = role if callable(role) else (lambda r: role)
@@ -188,8 +189,9 @@ def leaf_reports(byes: dict[int, dict[str, Any]], role: Any = "actor") -> dict[s
 
 def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
                 topology_applied: str, device: Any, updates: int, timers: dict[str, Any],
-                extra: dict[str, Any]) -> dict[str, Any]:
-    """The fields of summary.json every architecture writes."""
+                extra: dict[str, Any]) -> RunSummary:
+    """The fields of summary.json every architecture writes (:class:`RunSummary`), and
+    ``extra``."""
     cfg, t = ctx.cfg, ctx.transport
     totals = t.counters.totals() if t else {"bytes_sent": 0, "bytes_recv": 0}
     elapsed = mon.elapsed()
@@ -223,8 +225,8 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
 def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None, *,
                policy: Any, meta: dict[str, Any], updates: int, device: Any = "cpu",
                topology: str | None = None, applied: str = "",
-               timers: dict[str, Any] | None = None, byes: dict[int, Any] | None = None,
-               role: Any = "actor", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+               timers: dict[str, Any] | None = None, byes: dict[int, ByeStats] | None = None,
+               role: Any = "actor", extra: dict[str, Any] | None = None) -> RunSummary:
     """The last metrics row, summary.json and policy.pt; returns the summary.
 
     ``timers`` is the deciding rank's own time breakdown; the leaves' come from ``byes``

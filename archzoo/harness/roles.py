@@ -37,6 +37,7 @@ from archzoo.harness.finish import attach_checkpoints, byte_totals, finish_run, 
 from archzoo.harness.protocol import LeafControl, RankContext
 from archzoo.harness.stats import StatsReporter, absorb_stats
 from archzoo.harness.survivors import Survivors
+from archzoo.records import ByeStats
 from archzoo.tags import TAG_CONTROL
 
 
@@ -89,10 +90,9 @@ class LeafLink:
         self.lc.stopped = True
         for flush in self._flush:
             flush()
-        stats = dict(self._stats())
+        stats: ByeStats = {**self._stats(), "bytes": t.counters.totals()}  # type: ignore
         if "timing" in stats and "wait" not in stats["timing"]:
             stats["timing"] = {**stats["timing"], "wait": t.wait_s}
-        stats["bytes"] = t.counters.totals()
         protocol.finish_leaf(self.ctx, self.control, self.lc, self.root, stats, self._drain,
                     self._settle)
 
@@ -125,7 +125,7 @@ class RootRun:
         self.run_dir, self.mon = opened
         self.meta = meta
         self.stop: str | None = None
-        self.byes: dict[int, Any] = {}
+        self.byes: dict[int, ByeStats] = {}
         self.keep_stop_error = keep_stop_error
         self.stop_error: CommError | None = None
         self._drain: Callable[[], Any] = _nothing

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from archzoo.comm import CommError, PeerFailure
+from archzoo.records import DeadActor
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ class Survivors:
         self.rank = rank
         self.live = list(actors)
         self.min_actors = min_actors
-        self.dead: dict[int, dict[str, Any]] = {}
+        self.dead: dict[int, DeadActor] = {}
         t0 = time.time()
         self.elapsed = elapsed or (lambda: time.time() - t0)
         self._forget: list[Callable[[int], None]] = []
