@@ -4,8 +4,9 @@ Each run directory's metrics.csv gives a curve (``--x time|steps`` against ``--y
 return|fps|lag``). Runs whose config.json differ only in the seed form one group, drawn as
 the median over its runs with a min–max band; the runs of a group are interpolated on a
 common grid up to the shortest run's last point, so every point of the band stands on all
-of them. Labels name the architecture and the flags that differ between the groups (a flag
-a group leaves unset, None, is not named). A curve needs two metrics rows with a value: a
+of them. Labels name the architecture and the flags that differ between the groups of that
+architecture (a flag a group leaves unset, None, is not named; two architectures' defaults
+differ anyway). A curve needs two metrics rows with a value: a
 run with one is left out, with a line on stderr.
 
     archzoo plot runs/impala-s0 runs/impala-s1 runs/seed-s0 --x steps --out curves.png
@@ -67,9 +68,10 @@ def group_runs(run_dirs: list[Path]) -> list[Group]:
         key = json.dumps(cfg, sort_keys=True, default=str)
         groups.setdefault(key, Group(cfg)).runs.append(d)
     out = list(groups.values())
-    differ = sorted(k for k in {k for g in out for k in g.config}
-                    if k != "arch" and len({json.dumps(g.config.get(k)) for g in out}) > 1)
-    for g in out:
+    for g in out:  # flags are compared between groups of one architecture only
+        peers = [h for h in out if h.config.get("arch") == g.config.get("arch")]
+        differ = sorted(k for k in {k for h in peers for k in h.config} if k != "arch"
+                        and len({json.dumps(h.config.get(k)) for h in peers}) > 1)
         parts = [f"{k}={g.config[k]}" for k in differ if g.config.get(k) is not None]
         g.label = ", ".join([str(g.config.get("arch", "?")), *parts])
         if len(g.runs) > 1:

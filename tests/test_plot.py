@@ -112,6 +112,9 @@ def test_a_run_of_one_metrics_row_is_named_not_drawn_empty(tmp_path: Path, capsy
 
 
 def test_legends_leave_out_unset_settings(tmp_path: Path) -> None:
-    a = _made_run(tmp_path / "a", [(1, 1), (2, 2)], arch="impala", max_batch=None)
+    """Flags are named where groups of one architecture differ, not unset ones, and not
+    between architectures (whose flags and defaults differ anyway)."""
+    a = _made_run(tmp_path / "a", [(1, 1), (2, 2)], arch="impala", max_batch=None, lr=0.1)
     b = _made_run(tmp_path / "b", [(1, 1), (2, 2)], arch="seed", max_batch=64)
-    assert [g.label for g in group_runs([a, b])] == ["impala", "seed, max_batch=64"]
+    c = _made_run(tmp_path / "c", [(1, 1), (2, 2)], arch="seed", max_batch=None)
+    assert [g.label for g in group_runs([a, b, c])] == ["impala", "seed, max_batch=64", "seed"]
