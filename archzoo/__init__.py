@@ -8,10 +8,40 @@ Both modules are loaded on first use, so importing the package (every rank does)
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import os
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["load_policy", "run"]
+
+COMPONENTS = ("actors", "learners", "replay", "paramserver")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CHECKOUT = os.path.dirname(_HERE)
+
+
+class _CheckoutComponents(importlib.abc.MetaPathFinder):
+    """In a source checkout the components are the folders next to this package
+    (actors/, learners/, ...), imported as ``archzoo.actors`` and so on. Installed, they
+    are subpackages (pyproject.toml's package-dir); in a checkout this finder makes
+    ``archzoo.actors`` the checkout's own folder, whichever checkout ``pip install -e``
+    pointed at: a second worktree on ``PYTHONPATH`` (a benchmark of two revisions) runs
+    its own components, not the installed one's."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        pkg, _, name = fullname.partition(".")
+        if pkg != __name__ or name not in COMPONENTS:
+            return None
+        folder = os.path.join(_CHECKOUT, name)
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
+
+
+if not os.path.isdir(os.path.join(_HERE, "actors")) and \
+        os.path.isfile(os.path.join(_CHECKOUT, "actors", "__init__.py")):
+    sys.meta_path.insert(0, _CheckoutComponents())
 
 
 def run(arch: str, **flags: Any) -> dict[str, Any]:

@@ -262,6 +262,27 @@ def test_one_namespace_archzoo() -> None:
     assert not bad, "top-level component imports:\n" + "\n".join(bad)
 
 
+def test_a_checkout_imports_its_own_components(tmp_path: Path) -> None:
+    """A copy of the sources (another worktree, on PYTHONPATH or as the current directory)
+    imports archzoo.actors etc. from its own folders, not from the checkout pip installed
+    (archzoo/__init__.py's finder)."""
+    import shutil
+    import subprocess
+    import sys
+
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import archzoo, archzoo.actors.base, archzoo.learners.vtrace, archzoo.replay, "
+            "archzoo.paramserver; print(archzoo.__file__); "
+            "print(archzoo.actors.base.__file__); print(archzoo.learners.vtrace.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    files = out.stdout.split()
+    assert len(files) == 3 and all(f.startswith(str(tmp_path)) for f in files), files
+
+
 def test_the_graph_of_a_made_up_package(tmp_path: Path) -> None:
     files = {
         "pkg/__init__.py": "from . import a\n",
