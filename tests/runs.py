@@ -214,18 +214,27 @@ def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
     raise AssertionError(f"no rank {rank} of {run_dir} within {deadline_s}s")
 
 
+def naming(marker: str) -> dict[int, bytes]:
+    """Every process whose command line names ``marker`` (a run directory): pid -> its
+    command line (NUL-separated)."""
+    found = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            found[int(p)] = cmd
+    return found
+
+
 def kill_tree(proc: subprocess.Popen, marker: str | None = None) -> None:
     """SIGKILL ``proc``, everything it started (mpiexec in its own session included) and,
     given ``marker`` (a run directory), any process whose command line names it: a failed
     test leaves nothing running, even ranks that were re-parented to init."""
     victims = set(descendants(proc.pid))
     if marker is not None:
-        for p in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
-                    victims.add(int(p))
-            except OSError:
-                continue
+        victims.update(naming(marker))
     victims.discard(os.getpid())
     for p in [proc.pid, *victims]:
         try:
@@ -247,13 +256,12 @@ def communicate_or_dump(proc: subprocess.Popen, marker: str,
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        for p in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
-                if marker.encode() in cmd and b"python" in cmd.split(b"\0")[0]:
-                    os.kill(int(p), signal.SIGUSR2)
-            except (OSError, ProcessLookupError):
-                continue
+        for p, cmd in naming(marker).items():
+            if b"python" in cmd.split(b"\0")[0]:
+                try:
+                    os.kill(p, signal.SIGUSR2)
+                except ProcessLookupError:
+                    pass
         time.sleep(2)
         kill_tree(proc, marker)
         out, err = proc.communicate(timeout=30)

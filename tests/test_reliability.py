@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from archzoo import checkpoint
-from tests.runs import ARCHZOO, clean_env, communicate_or_dump, kill_tree, rank_pid
+from tests.runs import ARCHZOO, clean_env, communicate_or_dump, kill_tree, naming, rank_pid
 
 COMMON = ["--envs-per-actor", "4", "--log-interval", "0.3", "--quiet", "--seed", "1",
           "--comm-timeout", "10", "--checkpoint-interval", "1"]
@@ -48,13 +48,7 @@ def run_and_kill(d: Path, args: list[str], rank: int, deadline_s: float = 90,
 
 
 def no_process_left(d: Path) -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if str(d).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return False
-        except OSError:
-            continue
-    return True
+    return not naming(str(d))
 
 
 def summary(d: Path) -> dict:

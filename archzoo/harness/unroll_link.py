@@ -79,8 +79,7 @@ class LearnerLink:
         # sync: every actor's actions, so that a resumed run goes on bit for bit
         self.actions = ActionLog(spec.num_actions) if cfg.mode == "sync" else None
         self._stack = ExitStack()
-        self.run: RootRun | None = None
-        self.survivors: Survivors | None = None
+        self.run: RootRun | None = None  # the root lifecycle, from open_run() on
 
     def open_run(self, learner: VTraceLearner, parts: dict[str, Any] | None = None
                  ) -> tuple[RunDir, Monitor]:
@@ -94,7 +93,6 @@ class LearnerLink:
             actors=self.actors if self.cfg.mode == "async" else [],
             parts={"learner": learner, **log, **(parts or {})},
             policy=(learner.model, builders.policy_meta(self.cfg, self.spec))))
-        self.survivors = run.survivors
         run.survive(self.inbox, self.publisher)
         inbox, publisher = self.inbox, self.publisher
 
@@ -108,6 +106,12 @@ class LearnerLink:
             self.actions.send_all(self.ctx.transport, self.actors, TAG_ACTIONS,
                                   self.cfg.startup_timeout)
         return run.run_dir, run.mon
+
+    @property
+    def survivors(self) -> Survivors:
+        """The live and dead actors of the run (sync: none may die), from :meth:`open_run`."""
+        assert self.run is not None and self.run.survivors is not None, "open_run() first"
+        return self.run.survivors
 
     def batch_size(self) -> int:
         """Unrolls per asynchronous update: ``--batch-unrolls`` (0 = one per live actor), at
