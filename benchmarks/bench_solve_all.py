@@ -11,6 +11,7 @@ run and the medians per side, and their ratio (this / other).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -19,7 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from solving import ROOT, other_checkout  # noqa: E402
+
 ARCHS = ("impala", "seed", "ga3c", "apex", "gorila", "a3c", "gala")
 
 
@@ -46,16 +49,13 @@ def main() -> int:
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-solve-"))
     sides = {"this": ROOT}
-    if a.compare:
-        other = tmp / "other"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(other),
-                        a.compare], check=True)
-        sides[a.compare] = other
-    print("| arch | seed | " + " | ".join(f"{s}: time (s) | {s}: env steps" for s in sides)
-          + " |")
-    print("| --- | ---: | " + " | ".join("---: | ---:" for _ in sides) + " |")
-    medians: dict[tuple[str, str], float] = {}
-    try:
+    with contextlib.ExitStack() as stack:
+        if a.compare:
+            sides[a.compare] = stack.enter_context(other_checkout(a.compare, tmp))
+        print("| arch | seed | " + " | ".join(f"{s}: time (s) | {s}: env steps" for s in sides)
+              + " |")
+        print("| --- | ---: | " + " | ".join("---: | ---:" for _ in sides) + " |")
+        medians: dict[tuple[str, str], float] = {}
         for arch in a.archs:
             times: dict[str, list[float]] = {s: [] for s in sides}
             for seed in a.seeds:
@@ -68,10 +68,6 @@ def main() -> int:
                 print(f"| {arch} | {seed} | " + " | ".join(cells) + " |", flush=True)
             for side in sides:
                 medians[(arch, side)] = statistics.median(times[side])
-    finally:
-        if a.compare:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(sides[a.compare])], check=False)
     print("\n| arch | " + " | ".join(f"median {s} (s)" for s in sides)
           + (" | ratio this / other |" if a.compare else " |"))
     print("| --- | " + " | ".join("---:" for _ in sides) + (" | ---: |" if a.compare else " |"))

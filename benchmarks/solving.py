@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def archzoo_run(arch: str, args: list[str], run_dir: Path) -> dict:
@@ -17,6 +21,20 @@ def archzoo_run(arch: str, args: list[str], run_dir: Path) -> dict:
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
     return json.loads((run_dir / "summary.json").read_text())
+
+
+@contextlib.contextmanager
+def other_checkout(rev: str, tmp: Path) -> Iterator[Path]:
+    """A detached git worktree of ``rev`` under ``tmp``, removed on exit: run it with
+    ``PYTHONPATH`` and ``cwd`` set to the path it yields."""
+    path = tmp / "other"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(path), rev],
+                   check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+                       check=False)
 
 
 def launch_matrix(arch: str, world: int, target: float, seed: int, tmp: Path,
