@@ -34,6 +34,7 @@ from archzoo.messages import Schema
 from archzoo.model_shapes import core_size
 from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
 from archzoo.paramserver import make_optimizer
+from archzoo.replay.frames import FrameLayout
 from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
 from archzoo.replay.server import insert_schema, memory_fields, reply_schema, request_schema
 from archzoo.topology.star import params_schema
@@ -142,9 +143,14 @@ def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> U
     """Prioritized (Ape-X, R2D2; Gorila with --prioritized) or uniform (Gorila's default)
     replay."""
     fields = replay_items(cfg, spec)
-    # images in transitions are kept as frames stored once (Atari: stacks of 4 along axis 0)
-    frames = (("obs", "next_obs"), 0 if spec.atari else None) \
-        if spec.image and not isinstance(cfg, R2D2Config) else None
+    # images are kept as frames stored once: an Atari stack is 4 frames of 84×84, any
+    # other image one frame; R2D2's sequences keep their observations the same way
+    frame_ndim = 2 if spec.atari else len(spec.obs_shape)
+    if isinstance(cfg, R2D2Config):  # a new sequence every stride steps: ~stride new frames
+        stride = cfg.sequence_length - cfg.sequence_overlap
+        frames = FrameLayout(("obs",), frame_ndim, stride + 3) if spec.image else None
+    else:
+        frames = FrameLayout(("obs", "next_obs"), frame_ndim) if spec.image else None
     if not cfg.prioritized:
         return UniformReplay(capacity, fields, seed=seed, frames=frames)
     return PrioritizedReplay(capacity, fields, alpha=cfg.alpha, frames=frames,

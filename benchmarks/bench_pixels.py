@@ -100,10 +100,12 @@ def arch_run(arch: str, env_id: str, actors: int, envs: int, seconds: float, war
 def steady_fps(metrics: Path, warmup: float) -> float | None:
     """Env steps/s from the first metrics row after ``warmup`` s to the last: a slope, not a
     median of rows, since rate-limited actors (Ape-X, Gorila) report their steps in bursts
-    and most one-second rows then read 0."""
+    and most one-second rows then read 0. The rows logged during start-up (their clock
+    restarts at the first env step) are left out."""
     with open(metrics, newline="") as f:
-        rows = [(float(r["time_s"]), float(r["env_steps"])) for r in csv.DictReader(f)
-                if float(r["time_s"]) >= warmup]
+        rows = [(float(r["time_s"]), float(r["env_steps"])) for r in csv.DictReader(f)]
+    restart = max((i for i in range(1, len(rows)) if rows[i][0] < rows[i - 1][0]), default=0)
+    rows = [r for r in rows[restart:] if r[0] >= warmup]
     if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
         return None
     return (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
@@ -115,7 +117,7 @@ def compare_rows(env_id: str, a: argparse.Namespace, tmp: Path, other: Path) -> 
     print(f"\n| architecture | actors | this | {a.compare} | ratio this / other |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for arch in a.archs:
-        for n in (1, 2):
+        for n in a.actors:
             runs = [arch_run(arch, env_id, n, E, a.seconds, a.warmup, tmp, repo)
                     for repo in (ROOT, other)]
             if any("error" in r for r in runs):
@@ -133,6 +135,8 @@ def main() -> int:
     p.add_argument("--envs-per-actor", type=int, default=16)
     p.add_argument("--envs", nargs="*", default=list(ENVS))
     p.add_argument("--archs", nargs="*", default=list(ARCHS))
+    p.add_argument("--actors", type=int, nargs="*", default=[1, 2],
+                   help="actor processes per run (--compare rows)")
     p.add_argument("--compare", default=None,
                    help="git revision whose architectures run beside this checkout's")
     a = p.parse_args()

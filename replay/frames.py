@@ -9,11 +9,16 @@ instead: a frame is stored once however many stacks show it, with a reference co
 freed when the last transition that shows it is evicted. Sampling gathers the frames back
 into stacks, so what comes out is exactly what went in (across episode boundaries and
 FIFO wrap-around alike).
+
+R2D2's sequences (Kapturowski et al. 2019) share frames the same way and more: a sequence
+of T + 1 stacked observations shows about T + 4 distinct frames, and overlapping
+sequences of one env show the same ones again, so a sequence item is kept as its
+(T + 1)·4 frame slots, not as (T + 1) whole stacks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -103,35 +108,41 @@ class FramePool:
                 self.free.append(int(slot))
 
 
-class StackedFrames:
-    """Observations ``[*obs_shape]`` kept as frames along ``axis`` (all of it: one frame)."""
+class FrameLayout(NamedTuple):
+    """Which replay fields are kept as frames (``obs`` and ``next_obs``, or a sequence's
+    ``obs``), how many trailing dims make one frame (2 for Atari's stacks of 84×84 frames,
+    all 3 of a MinAtar grid), and about how many new frames each item brings (1 for an
+    n-step transition, the stride for overlapping sequences): the pool is sized for
+    ``capacity × new_per_item`` frames up front (pages are committed only as they are
+    written), so a full replay never doubles a pool of many GB."""
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype | str,
-                 axis: int | None, pool: FramePool | None = None) -> None:
-        self.obs_shape, self.axis = tuple(obs_shape), axis
-        self.k = 1 if axis is None else obs_shape[axis]
-        frame_shape = self.obs_shape if axis is None else \
-            tuple(s for i, s in enumerate(self.obs_shape) if i != axis)
-        # about one new frame per transition: room for that, committed only as it is used
-        self.pool = pool if pool is not None else FramePool(frame_shape, dtype, capacity + 1024)
+    names: tuple[str, ...]
+    frame_ndim: int
+    new_per_item: float = 1.0
+
+
+class StackedFrames:
+    """Items ``[*item_shape]`` kept as the frames of ``pool`` (its ``frame_shape`` is the
+    items' trailing dims), in order: an Atari stack ``[4, 84, 84]`` is 4 frames, a sequence
+    of them ``[T + 1, 4, 84, 84]`` is (T + 1)·4, a whole MinAtar grid ``[10, 10, C]`` one."""
+
+    def __init__(self, capacity: int, item_shape: tuple[int, ...], pool: FramePool) -> None:
+        self.item_shape, self.pool = tuple(item_shape), pool
+        lead = len(item_shape) - len(pool.frame_shape)
+        if lead < 0 or self.item_shape[lead:] != pool.frame_shape:
+            raise ValueError(f"items of shape {item_shape} are not frames of "
+                             f"{pool.frame_shape}")
+        self.k = int(np.prod(self.item_shape[:lead], dtype=np.int64))
         self.slots = np.full((capacity, self.k), -1, np.int64)
 
-    def _frames(self, obs: np.ndarray) -> np.ndarray:
-        """[n, *obs_shape] -> [n * k, *frame_shape]."""
-        if self.axis is None:
-            return obs
-        return np.moveaxis(obs, self.axis + 1, 1).reshape(-1, *self.pool.frame_shape)
-
-    def write(self, rows: np.ndarray, obs: np.ndarray) -> None:
-        """Store ``obs`` ``[n, *obs_shape]`` in ``rows``, releasing what they held."""
+    def write(self, rows: np.ndarray, items: np.ndarray) -> None:
+        """Store ``items`` ``[n, *item_shape]`` in ``rows``, releasing what they held."""
         old = self.slots[rows]
-        new = self.pool.put(self._frames(np.asarray(obs))).reshape(len(rows), self.k)
+        frames = np.asarray(items).reshape(-1, *self.pool.frame_shape)
+        new = self.pool.put(frames).reshape(len(rows), self.k)
         self.pool.release(old[old >= 0])
         self.slots[rows] = new
 
     def read(self, rows: np.ndarray) -> np.ndarray:
-        """The observations of ``rows``, ``[n, *obs_shape]``, rebuilt from their frames."""
-        frames = self.pool.frames[self.slots[rows]]  # [n, k, *frame_shape]
-        if self.axis is None:
-            return frames[:, 0]
-        return np.moveaxis(frames, 1, self.axis + 1)
+        """The items of ``rows``, ``[n, *item_shape]``, rebuilt from their frames."""
+        return self.pool.frames[self.slots[rows]].reshape(len(rows), *self.item_shape)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from archzoo.replay.frames import FramePool, StackedFrames
+from archzoo.replay.frames import FrameLayout, FramePool, StackedFrames
 from archzoo.replay.trees import MinTree, SumTree
 
 FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
@@ -57,23 +57,23 @@ class UniformReplay:
     """FIFO replay in preallocated arrays (Ape-X evicts oldest first); uniform sampling."""
 
     def __init__(self, capacity: int, fields: FieldSpec, seed: int = 0,
-                 frames: tuple[tuple[str, ...], int | None] | None = None) -> None:
-        """``frames = (names, axis)`` keeps those fields (``obs`` and ``next_obs``) as single
-        frames stored once (replay/frames.py), stacked along ``axis`` (None: the whole
-        observation is one frame)."""
+                 frames: FrameLayout | tuple | None = None) -> None:
+        """``frames`` (replay/frames.py :class:`FrameLayout`, or a tuple of its fields)
+        keeps those fields as frames stored once, in one pool: x_{t+n} is a later x_t."""
         capacity = int(capacity)
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if not fields:
             raise ValueError("fields must name at least one field")
         self.capacity: int = capacity
-        names, axis = frames or ((), None)
         self._frames: dict[str, StackedFrames] = {}
-        pool = None
-        for name in names:  # obs and next_obs share one pool: x_{t+n} is a later x_t
-            shape, dtype = fields[name]
-            self._frames[name] = StackedFrames(capacity, tuple(shape), dtype, axis, pool)
-            pool = self._frames[name].pool
+        if frames:
+            layout = FrameLayout(*frames)
+            shape, dtype = fields[layout.names[0]]
+            pool = FramePool(tuple(shape)[len(shape) - layout.frame_ndim:], dtype,
+                             int(capacity * layout.new_per_item) + 1024)
+            for name in layout.names:
+                self._frames[name] = StackedFrames(capacity, tuple(fields[name][0]), pool)
         self._data = {
             name: np.zeros((capacity, *tuple(shape)), dtype=np.dtype(dtype))
             for name, (shape, dtype) in fields.items() if name not in self._frames

@@ -48,7 +48,7 @@ def test_round_trip_across_episodes_and_wraparound(cls) -> None:
     items = stream(envs=3, steps=120, n=3, seed=0)
     capacity = 100  # far fewer than the 351 items: the FIFO wraps three times
     fields = memory_fields(SHAPE, np.uint8)
-    mem = cls(capacity, fields, seed=1, frames=(("obs", "next_obs"), 0))
+    mem = cls(capacity, fields, seed=1, frames=(("obs", "next_obs"), 2))
     ref = cls(capacity, fields, seed=1)  # stores every observation whole
     for b in batches(items, 23):
         if cls is PrioritizedReplay:
@@ -133,7 +133,7 @@ def test_bool_grids_round_trip_across_episodes_and_wraparound(cls) -> None:
 
 def test_each_distinct_frame_is_stored_once_and_freed_with_its_last_transition() -> None:
     items = stream(envs=2, steps=200, n=3, seed=2)
-    mem = UniformReplay(1000, memory_fields(SHAPE, np.uint8), frames=(("obs", "next_obs"), 0))
+    mem = UniformReplay(1000, memory_fields(SHAPE, np.uint8), frames=(("obs", "next_obs"), 2))
     for b in batches(items, 50):
         mem.add(b)
     pool = mem.frame_pool
@@ -160,7 +160,7 @@ def test_pool_keeps_colliding_or_equal_content_apart_correctly() -> None:
     assert len(pool) == 3 and pool.refs[sa[0]] == 0
 
 
-@pytest.mark.parametrize("frames", [None, (("obs", "next_obs"), 0)])
+@pytest.mark.parametrize("frames", [None, (("obs", "next_obs"), 2)])
 @pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay])
 def test_a_memory_restored_from_its_state_goes_on_as_the_original(tmp_path, cls,
                                                                   frames) -> None:
@@ -210,3 +210,47 @@ def test_a_memory_restored_from_its_state_goes_on_as_the_original(tmp_path, cls,
         np.testing.assert_array_equal(orig._gather(idx).data[k], back._gather(idx).data[k])  # noqa: SLF001
     with pytest.raises(ValueError, match="capacity"):
         cls(50, fields, seed=1, frames=frames).load_state_dict(orig.state_dict())
+
+
+def test_r2d2_sequences_keep_their_frames_once_across_overlaps_and_wraparound() -> None:
+    """R2D2's replay as builders.py makes it on Atari: overlapping sequences of stacked
+    observations (a new one every stride steps) come out exactly as they went in, across
+    episode starts and FIFO wrap-around, while the pool holds only the distinct frames of
+    the live sequences: about stride frames per sequence, not (T + 1)·4."""
+    from archzoo import builders
+    from archzoo.config import R2D2Config
+    from archzoo.envs import EnvSpec
+
+    T, stride = 8, 4
+    spec = EnvSpec("ALE/Pong-v5", SHAPE, "|u1", 6, atari=True)
+    cfg = R2D2Config(arch="r2d2", sequence_length=T, sequence_overlap=T - stride, burn_in=2,
+                     n_step=2)
+    fields = builders.replay_items(cfg, spec)
+    capacity = 40
+    mem = builders.replay_memory(cfg, spec, capacity, seed=1)
+    ref = PrioritizedReplay(capacity, fields, alpha=cfg.alpha, beta=cfg.beta, seed=1)
+    assert mem.frame_pool is not None and mem.frame_pool.frame_shape == SHAPE[1:]
+    rng = np.random.default_rng(3)
+    seqs = []  # (start, env, sequence): each env's in time order, the envs interleaved
+    for e in range(3):
+        stacks = [s for _, _, s, _ in sorted(stream(1, 130, 1, seed=10 + e),
+                                             key=lambda x: x[1])]
+        for start in range(0, len(stacks) - T - 1, stride):
+            seqs.append((start, e, {"obs": np.stack(stacks[start:start + T + 1]),
+                         **{k: rng.random(shape).astype(dtype) if dtype.kind == "f" else
+                            np.zeros(shape, dtype) for k, (shape, dtype) in fields.items()
+                            if k != "obs"}}))
+    seqs = [x for *_, x in sorted(seqs, key=lambda x: x[:2])]
+    assert len(seqs) > 2 * capacity
+    for i in range(0, len(seqs), 7):
+        batch = {k: np.stack([x[k] for x in seqs[i:i + 7]]) for k in fields}
+        p = np.ones(len(batch["obs"]))
+        mem.add(batch, p)
+        ref.add(batch, p)
+    idx = np.arange(capacity)
+    got, want = mem._gather(idx), ref._gather(idx)  # noqa: SLF001 - every slot
+    for k in fields:
+        np.testing.assert_array_equal(got.data[k], want.data[k], err_msg=k)
+    live = {f.tobytes() for o in want.data["obs"] for f in o.reshape(-1, *SHAPE[1:])}
+    assert len(mem.frame_pool) == len(live)
+    assert len(mem.frame_pool) < 0.15 * capacity * (T + 1) * SHAPE[0]
