@@ -459,7 +459,9 @@ class Monitor:
         row, left, ranks = self._report(now, dt, bytes_sent, bytes_recv)
         extra = self.extra() if self.extra is not None else {}
         row.update(extra)
-        if self.run_dir is not None:
+        # time_s counts from the first env step: before one is known (start-up) the progress
+        # line shows the wait, metrics.csv gets no row, so its time column only rises
+        if self.run_dir is not None and (self.first_step_time is not None or force):
             self.run_dir.metrics_row(row)
         self.rows += 1
         self._last_t, self._last_steps = now, self.env_steps
