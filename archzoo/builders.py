@@ -145,12 +145,14 @@ def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> U
     fields = replay_items(cfg, spec)
     # images are kept as frames stored once: an Atari stack is 4 frames of 84×84, any
     # other image one frame; R2D2's sequences keep their observations the same way
-    frame_ndim = 2 if spec.atari else len(spec.obs_shape)
-    if isinstance(cfg, R2D2Config):  # a new sequence every stride steps: ~stride new frames
-        stride = cfg.sequence_length - cfg.sequence_overlap
-        frames = FrameLayout(("obs",), frame_ndim, stride + 3) if spec.image else None
-    else:
-        frames = FrameLayout(("obs", "next_obs"), frame_ndim) if spec.image else None
+    frames = None
+    if spec.image:
+        frame_ndim = 2 if spec.atari else len(spec.obs_shape)
+        if isinstance(cfg, R2D2Config):  # a new sequence every stride steps: ~stride frames
+            stride = cfg.sequence_length - cfg.sequence_overlap
+            frames = FrameLayout(("obs",), frame_ndim, stride + 3)
+        else:
+            frames = FrameLayout(("obs", "next_obs"), frame_ndim)
     if not cfg.prioritized:
         return UniformReplay(capacity, fields, seed=seed, frames=frames)
     return PrioritizedReplay(capacity, fields, alpha=cfg.alpha, frames=frames,
