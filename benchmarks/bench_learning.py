@@ -19,7 +19,10 @@ and Gorila explore with ε: their greedy evaluation return is shown beside retur
 Finished cells are kept in ``--results`` (JSON, written after every run, keyed by setup,
 game, seed and minutes) with the run's metrics rows, so the grid can be run in parts and
 the tables and figures redrawn without rerunning; ``--rerun`` runs kept cells again. A
-failed run is recorded with its error line and the grid goes on.
+failed run is recorded with its error line and the grid goes on. With several games a
+first table gives every setup's median final per game, beside the reference and a random
+policy. ``--write-docs`` keeps the page's hand-written block (between the ``NOTES`` markers)
+when it redraws the rest.
 
     python benchmarks/bench_learning.py --minutes 5 --seeds 0 1 2
     python benchmarks/bench_learning.py --archs impala apex --games MinAtar/Breakout-v1 \\
@@ -59,6 +62,7 @@ LOG_INTERVAL = 5.0  # seconds between metrics rows
 CHECKPOINTS = (2.0, 5.0, 10.0)  # minutes at which return100 is read off the metrics rows
 COLLAPSE_RATIO = 0.7
 RANDOM_EPISODES = 100
+NOTES = ("<!-- notes: written by hand, kept by --write-docs -->", "<!-- /notes -->")
 DRAIN_S = 300.0  # on top of --time-limit: startup and shutdown before a run is killed
 Row = dict[str, float]  # one metrics row: time_s, mean_return_100 [, eval_mean_return]
 
@@ -336,7 +340,7 @@ def median_final(runs: list[dict]) -> float | None:
     return statistics.median(finals) if finals else None
 
 
-def summary_table(by_setup: dict[str, list[dict]], seeds: int, random_mean: float | None,
+def summary_table(by_setup: dict[str, list[dict]], random_mean: float | None,
                   baselines: dict[str, str | None] | None = None) -> str:
     """Median over seeds of the final window per setup, beside its own single-process
     baseline (``--own-baselines``), the single-process reference and a random policy."""
@@ -350,12 +354,44 @@ def summary_table(by_setup: dict[str, list[dict]], seeds: int, random_mean: floa
         ok = sum(1 for r in runs if not r.get("error"))
         ratio = med / ref if med is not None and ref not in (None, 0) else None
         own_ratio = med / own if med is not None and own not in (None, 0) else None
-        rows.append([name, f"{ok}/{seeds}", fmt(med), fmt(own), fmt(own_ratio), fmt(ref),
+        rows.append([name, f"{ok}/{len(runs)}", fmt(med), fmt(own), fmt(own_ratio), fmt(ref),
                      fmt(ratio), fmt(random_mean)])
     header = ["setup", "seeds run", "median final (ε-greedy: greedy eval)", "own single process",
               "× own", "single process (reference)", "× reference",
               f"random policy ({RANDOM_EPISODES} episodes)"]
     return table(header, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], rows)
+
+
+def games_table(games: dict[str, dict[str, list[dict]]], rand: dict[str, float]) -> str:
+    """One row per setup, one column per game: the median final (ε-greedy: greedy eval) over
+    the kept seeds, and the games on which it beats a random policy and on which it matches
+    or beats the single-process reference (``>=``, ``<`` in the cells)."""
+    names = list(dict.fromkeys(n for by in games.values() for n in by))
+    refs = {g: median_final(by.get(REFERENCE, [])) for g, by in games.items()}
+    rows = []
+    for name in names:
+        cells, above_random, at_ref, played = [], 0, 0, 0
+        for g, by in games.items():
+            med = median_final(by.get(name, []))
+            if med is None:
+                cells.append("")
+                continue
+            played += 1
+            above_random += med > rand[g]
+            mark = ""
+            if name != REFERENCE and refs[g] is not None:
+                at_ref += med >= refs[g]
+                mark = " ≥" if med >= refs[g] else " <"
+            cells.append(f"{fmt(med)}{mark} ({len(by[name])})")
+        ref_col = "" if name == REFERENCE else f"{at_ref}/{played}"
+        rows.append([name, *cells, f"{above_random}/{played}", ref_col])
+    rows.append(["random policy", *(fmt(rand[g]) for g in games), "", ""])
+    header = ["setup", *(game_slug(g) for g in games), "beats random",
+              "≥ reference"]
+    return ("Median final return100 (ε-greedy architectures: greedy evaluation) over the seeds "
+            "kept, their number in brackets; ≥ or < compares it with the single-process "
+            "reference on that game.\n\n"
+            + table(header, ["---", *["---:"] * (len(games) + 2)], rows))
 
 
 # --- figures ------------------------------------------------------------------------------
@@ -493,9 +529,22 @@ def report(args: argparse.Namespace, setups: list[Setup], data: dict[str, Any],
             parts.append(f"![{game} learning curves]({figures.name}/{name})\n")
         runs = [r for rs in by_setup.values() for r in rs]
         parts.append(runs_table(runs, tuple(args.at), args.collapse_threshold) + "\n")
-        parts.append(summary_table(by_setup, len(args.seeds), rand[game],
+        parts.append(summary_table(by_setup, rand[game],
                                    {s.name: s.baseline for s in setups}) + "\n")
+    if len(args.games) > 1:
+        games = {g: grid_runs(args, setups, data, g) for g in args.games}
+        parts.insert(0, f"## Every game, {args.minutes:g} min per run\n\n"
+                     + games_table(games, rand) + "\n")
     return "\n".join(parts)
+
+
+def kept_notes(path: Path) -> str:
+    """The hand-written block of an existing page (between the ``NOTES`` markers), so that
+    redrawing the tables keeps the prose that reads them; empty markers for a new page."""
+    begin, end = NOTES
+    text = path.read_text() if path.is_file() else ""
+    i, j = text.find(begin), text.find(end)
+    return text[i:j + len(end)] if 0 <= i < j else f"{begin}\n{end}"
 
 
 def docs_page(args: argparse.Namespace, body: str) -> str:
@@ -518,6 +567,8 @@ them by it. Agent steps are env steps summed over all envs; on MinAtar one agent
 one frame. Policy lag: parameter versions between the policy that acted and the one that
 learned from it (summary.json). Collapse: the final window under {COLLAPSE_RATIO:g} × the
 best, once the best reached {args.collapse_threshold:g}.
+
+{kept_notes(args.write_docs)}
 
 {body}"""
 

@@ -137,3 +137,40 @@ def test_value_at_and_collapse():
     assert bl.value_at(rows, 5) is None
     assert bl.collapsed(6.0, 4.1, 4.0) and not bl.collapsed(6.0, 4.3, 4.0)
     assert not bl.collapsed(3.0, 0.0, 4.0)
+
+
+def test_every_game_table_counts_random_and_reference(tmp_path, fakes, capsys):
+    """Two games: a first table with each setup's median final per game, the games on which
+    it beats the random policy, and those on which it matches or beats the reference."""
+    argv = ["--archs", "impala", "apex", "--games", "MinAtar/Breakout-v1",
+            "MinAtar/Freeway-v1", "--minutes", "4", "--results", str(tmp_path / "r.json"),
+            "--run-root", str(tmp_path / "runs")]
+    assert bl.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.index("## Every game") < out.index("## MinAtar/Breakout-v1")
+    # impala's final 3.00 equals the reference's; apex's greedy eval 4.00 beats it
+    assert "| impala (2 actors) | 3.00 ≥ (1) | 3.00 ≥ (1) | 2/2 | 2/2 |" in out
+    assert "| apex (2 actors) | 4.00 ≥ (1) | 4.00 ≥ (1) | 2/2 | 2/2 |" in out
+    assert f"| {bl.REFERENCE} | 3.00 (1) | 3.00 (1) | 2/2 |  |" in out
+    assert "| random policy | 0.50 | 0.50 |  |  |" in out
+    games = {"G": {bl.REFERENCE: [], "x (2 actors)": []}}
+    games["G"][bl.REFERENCE] = [{"arch": "impala", "rows": [{"time_s": 5, "mean_return_100": 2}]}]
+    games["G"]["x (2 actors)"] = [{"arch": "x", "rows": [{"time_s": 5, "mean_return_100": 0.1}]}]
+    assert "| x (2 actors) | 0.10 < (1) | 0/1 | 0/1 |" in bl.games_table(games, {"G": 0.5})
+
+
+def test_write_docs_keeps_the_hand_written_notes(tmp_path, fakes):
+    docs = tmp_path / "results.md"
+    argv = ["--archs", "impala", "--games", "MinAtar/Breakout-v1", "--minutes", "4",
+            "--results", str(tmp_path / "r.json"), "--run-root", str(tmp_path / "runs"),
+            "--write-docs", str(docs)]
+    assert bl.main(argv) == 0
+    begin, end = bl.NOTES
+    page = docs.read_text()
+    assert f"{begin}\n{end}" in page  # a new page: empty markers where the notes go
+    docs.write_text(page.replace(f"{begin}\n{end}", f"{begin}\nIMPALA wins here.\n{end}")
+                    .replace("| impala (2 actors) |", "| stale |"))
+    assert bl.main([*argv, "--report-only"]) == 0
+    page = docs.read_text()
+    assert f"{begin}\nIMPALA wins here.\n{end}" in page and "| stale |" not in page
+    assert page.index(end) < page.index("## MinAtar/Breakout-v1")
