@@ -57,6 +57,9 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--greedy", action="store_true",
                     help="take the most likely action (default: sample, as in training)")
     ev.add_argument("--seed", type=int, default=12345, help="(default: 12345)")
+    ev.add_argument("--max-steps", type=int, default=None, metavar="N",
+                    help="cut an episode after N steps (default: 27000, ALE's own limit: an "
+                    "env without a time limit may never end under a greedy policy)")
     ev.add_argument("--video", metavar="FILE.mp4", default=None,
                     help="film the episodes into this video: the env's own frames, one per "
                     "reset and one per step (default: none)")

@@ -63,6 +63,13 @@ ATARI_DEFAULTS: dict[str, Any] = {
 }
 
 
+# The longest evaluation episode, in agent steps: ALE's own limit, 108,000 frames at frame
+# skip 4 (Machado et al. 2018). Training episodes run as the env defines them, but a greedy
+# episode of an env without a limit may never end: MinAtar's Seaquest sub that stays at the
+# surface lives forever, and so would an evaluation that waits for it.
+EVAL_MAX_STEPS = 27_000
+
+
 class EnvError(ValueError):
     """An environment id that can't be used (unknown, or unsupported spaces)."""
 

@@ -16,12 +16,14 @@ from archzoo.policy import load_policy
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UsageError(f"--max-steps must be >= 1, got {args.max_steps}")
     video = Path(args.video) if args.video else None
     if video is not None and video.suffix.lower() != ".mp4":
         raise UsageError(f"--video {args.video}: the video is an .mp4 file")
     import torch
 
-    from archzoo.envs import EnvError
+    from archzoo.envs import EVAL_MAX_STEPS, EnvError
     from archzoo.video import play, policy_env
 
     torch.set_num_threads(1)
@@ -33,7 +35,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except EnvError as e:
         raise UsageError(f"{run_dir}: cannot rebuild the policy's env: {e}") from None
     try:
-        played = play(policy, spec, args.episodes, args.seed, video)
+        played = play(policy, spec, args.episodes, args.seed, video,
+                      args.max_steps or EVAL_MAX_STEPS)
     except EnvError as e:
         raise UsageError(f"--video: {e}") from None
     returns = played.returns

@@ -111,3 +111,22 @@ def test_an_apex_actors_greedy_is_argmax_q_in_the_evaluator() -> None:
         actor.close()
         a.close()
         b.close()
+
+
+def test_an_episode_that_never_ends_is_cut_at_max_steps():
+    """MinAtar's Seaquest sub that stays at the surface lives forever (the env has no time
+    limit): the evaluation ends after ``max_steps`` steps, counting what each episode earned
+    so far, and polls every 100 steps on the way."""
+    steps, polls = [], []
+
+    def stay(obs: np.ndarray) -> np.ndarray:  # 'n', no-op: never dives, never dies
+        steps.append(1)
+        return np.zeros(len(obs), np.int64)
+
+    ev = GreedyEvaluator("MinAtar/Seaquest-v1", episodes=3, seed=0, max_steps=450)
+    try:
+        returns = ev.run(stay, on_poll=lambda: polls.append(1))
+    finally:
+        ev.close()
+    assert len(steps) == 450 and len(polls) == 4
+    assert returns.tolist() == [0.0, 0.0, 0.0]

@@ -65,6 +65,18 @@ def test_eval_video_needs_mp4(tmp_path: Path) -> None:
     assert ev.returncode == 2 and "--video" in ev.stderr and ".mp4" in ev.stderr, ev.stderr
 
 
+def test_eval_max_steps_cuts_episodes(tmp_path: Path) -> None:
+    """``archzoo eval --max-steps N`` cuts every episode at N steps (a CartPole episode lasts
+    at least 8), and a bad N is a usage error."""
+    d = tmp_path / "run"
+    train(d, "CartPole-v1", "--total-steps", "500")
+    ev = cli("eval", str(d), "--episodes", "3", "--max-steps", "5")
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert json.loads(ev.stdout.strip().splitlines()[-1])["episode_lengths"] == [5, 5, 5]
+    bad = cli("eval", str(d), "--max-steps", "0")
+    assert bad.returncode == 2 and "--max-steps must be >= 1" in bad.stderr, bad.stderr
+
+
 def test_record_video_during_and_at_the_end(tmp_path: Path) -> None:
     d = tmp_path / "run"
     train(d, "CartPole-v1", "--time-limit", "3", "--log-interval", "0.5",

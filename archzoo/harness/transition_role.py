@@ -63,7 +63,8 @@ class TransitionLeaf:
         """The finished episodes and any evaluation due, to the root when it is time."""
         reporter, actor = self.link.reporter, self.actor
         reporter.add(actor.take_finished(),
-                     self.evaluator.maybe_run(actor.greedy, self.cfg.eval_interval))
+                     self.evaluator.maybe_run(actor.greedy, self.cfg.eval_interval,
+                                              self.link.raise_if_stopped))
         reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
 
     def stats(self, **more: Any) -> dict[str, Any]:
