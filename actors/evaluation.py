@@ -3,6 +3,10 @@
 An Ape-X actor at ε = 0.4 cannot average 475 on CartPole however good its Q-network, so
 architectures that explore with ε are judged by greedy episodes, as the Ape-X paper
 (Horgan et al. 2018, §4) reports its scores.
+
+An actor evaluates a slice at a time (:meth:`GreedyEvaluator.maybe_advance`), as many
+evaluation steps as it has just acted, so that an evaluation never stops its stream of
+transitions: a replay learner waiting for them would otherwise time out on a long one.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from archzoo.actors.base import vector_seed
 from archzoo.envs import EVAL_MAX_STEPS, EnvSpec, make_vector_env
 from archzoo.seeding import env_seeds
 
+Act = Callable[[np.ndarray], np.ndarray]
+
 
 class GreedyEvaluator:
     """Runs ``episodes`` envs side by side until each has finished one episode, or
@@ -28,37 +34,66 @@ class GreedyEvaluator:
         self.episodes, self.seed, self.max_steps = episodes, seed, max_steps
         self.rounds = 0
         self.last_run = time.time()
+        self._obs: np.ndarray | None = None  # the evaluation under way, if any
+        self._ret = np.zeros(episodes)
+        self._done = np.zeros(episodes, dtype=bool)
+        self._t = 0
 
-    def run(self, act: Callable[[np.ndarray], np.ndarray],
-            on_poll: Callable[[], object] | None = None) -> np.ndarray:
-        """Returns of one episode per env under ``act`` (observations -> actions; one with a
-        ``reset(num_envs)`` method is reset first); ``on_poll`` every 100 steps (a stop
-        request raises from it, so a long evaluation does not delay a stop)."""
-        obs, _ = self.envs.reset(seed=vector_seed(
+    @property
+    def under_way(self) -> bool:
+        """Whether an evaluation has started and not yet ended."""
+        return self._obs is not None
+
+    def _start(self, act: Act) -> None:
+        """Evaluation k starts from seed ``seed + 7919·k``: new start states each time."""
+        self._obs, _ = self.envs.reset(seed=vector_seed(
             self.envs, env_seeds(self.seed + 7919 * self.rounds, self.episodes)))
         self.rounds += 1
         if hasattr(act, "reset"):  # a recurrent policy: a fresh state per env
             act.reset(self.episodes)
-        ret = np.zeros(self.episodes)
-        done = np.zeros(self.episodes, dtype=bool)
-        for t in range(self.max_steps):
-            if on_poll is not None and t % 100 == 99:
-                on_poll()
-            obs, r, term, trunc, _ = self.envs.step(act(obs))
-            ret += np.where(done, 0.0, r)
-            done |= term | trunc
-            if done.all():
-                break
-        return ret
+        self._ret[:] = 0.0
+        self._done[:] = False
+        self._t = 0
 
-    def maybe_run(self, act: Callable[[np.ndarray], np.ndarray], interval_s: float,
-                  on_poll: Callable[[], object] | None = None) -> list[float]:
-        """:meth:`run` if ``interval_s`` passed since the last evaluation, else nothing."""
-        if time.time() - self.last_run < interval_s:
-            return []
-        returns = self.run(act, on_poll).tolist()
+    def _advance(self, act: Act, steps: int,
+                 on_poll: Callable[[], object] | None = None) -> np.ndarray | None:
+        """At most ``steps`` more steps of the evaluation under way; its returns if it
+        ended, else None."""
+        for _ in range(steps):
+            if self._done.all() or self._t >= self.max_steps:
+                break
+            if on_poll is not None and self._t % 100 == 99:
+                on_poll()
+            self._obs, r, term, trunc, _ = self.envs.step(act(self._obs))
+            self._ret += np.where(self._done, 0.0, r)
+            self._done |= term | trunc
+            self._t += 1
+        if not (self._done.all() or self._t >= self.max_steps):
+            return None
+        self._obs = None
         self.last_run = time.time()
-        return returns
+        return self._ret.copy()
+
+    def run(self, act: Act, on_poll: Callable[[], object] | None = None) -> np.ndarray:
+        """Returns of one episode per env under ``act`` (observations -> actions; one with a
+        ``reset(num_envs)`` method is reset first), in one go; ``on_poll`` every 100 steps
+        (a stop request raises from it, so a long evaluation does not delay a stop)."""
+        self._start(act)
+        out = self._advance(act, self.max_steps, on_poll)
+        assert out is not None
+        return out
+
+    def maybe_advance(self, act: Act, interval_s: float, steps: int) -> list[float]:
+        """A slice of evaluation: starts one if ``interval_s`` passed since the last ended,
+        takes at most ``steps`` steps of the one under way; its returns once it ends, else
+        nothing. ``act`` may change between slices (new parameters): an evaluation plays
+        with whatever the actor holds at each step."""
+        if not self.under_way:
+            if time.time() - self.last_run < interval_s:
+                return []
+            self._start(act)
+        out = self._advance(act, max(1, steps))
+        return [] if out is None else out.tolist()
 
     def close(self) -> None:
         self.envs.close()

@@ -130,3 +130,52 @@ def test_an_episode_that_never_ends_is_cut_at_max_steps():
         ev.close()
     assert len(steps) == 450 and len(polls) == 4
     assert returns.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_an_evaluation_in_slices_returns_what_one_in_one_go_returns():
+    """An actor evaluates a slice at a time (``maybe_advance``), never more steps per slice
+    than it is given; the returns, once the evaluation ends, are those of ``run`` with the
+    same seeds, and nothing comes before."""
+    torch.manual_seed(3)
+    net = QNetwork((3,), NUM_ACTIONS, hidden=16)
+    act = greedy_of(net)
+    whole, sliced = GreedyEvaluator(ENV_ID, 4, seed=11), GreedyEvaluator(ENV_ID, 4, seed=11)
+    calls = []
+
+    def counted(obs: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return act(obs)
+
+    try:
+        expected = whole.run(act).tolist()
+        got, slices = [], 0
+        while not got:
+            before = len(calls)
+            got = sliced.maybe_advance(counted, interval_s=0.0, steps=3)
+            assert len(calls) - before <= 3
+            slices += 1
+        assert got == expected and slices == -(-len(calls) // 3)
+        assert not sliced.under_way
+    finally:
+        whole.close()
+        sliced.close()
+
+
+def test_a_slice_waits_for_the_interval_and_a_stuck_evaluation_ends_at_max_steps():
+    """No evaluation starts before ``interval_s`` has passed since the last ended; on
+    Seaquest a no-op policy never ends an episode, so slices of 100 steps end the
+    evaluation at ``max_steps`` = 450, in the fifth slice."""
+    steps = []
+
+    def stay(obs: np.ndarray) -> np.ndarray:
+        steps.append(1)
+        return np.zeros(len(obs), np.int64)
+
+    ev = GreedyEvaluator("MinAtar/Seaquest-v1", episodes=2, seed=0, max_steps=450)
+    try:
+        assert ev.maybe_advance(stay, interval_s=3600.0, steps=100) == [] and not steps
+        outs = [ev.maybe_advance(stay, interval_s=0.0, steps=100) for _ in range(5)]
+        assert outs[:4] == [[]] * 4 and outs[4] == [0.0, 0.0] and len(steps) == 450
+        assert ev.maybe_advance(stay, interval_s=3600.0, steps=100) == [] and len(steps) == 450
+    finally:
+        ev.close()

@@ -61,7 +61,9 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             mon.add_learner_stats(stats)
             client.update_priorities(batch, td)
         follow()
-        mon.add_eval(evaluator.maybe_run(actor.greedy, cfg.eval_interval))
+        mon.add_eval(evaluator.maybe_advance(  # as many evaluation steps as it just acted
+            actor.greedy, cfg.eval_interval,
+            (actor.tracker.env_steps - steps0) // cfg.envs_per_actor))
         mon.updates = learner.version
         mon.maybe_log()
         keeper.maybe_save()

@@ -48,6 +48,7 @@ class TransitionLeaf:
         ``dest``; episodes go to ``link``'s root."""
         cfg, rank = self.cfg, self.ctx.rank
         self.link = link
+        self.acted = self.actor.tracker.env_steps  # env steps when the last report came
         self.evaluator = GreedyEvaluator(self.spec, cfg.eval_episodes,
                                          evaluator_seed(cfg.seed, rank))
         self.out = DoubleBuffer(self.ctx.transport, builders.replay_inserts(cfg, self.spec),
@@ -62,9 +63,11 @@ class TransitionLeaf:
     def report(self) -> None:
         """The finished episodes and any evaluation due, to the root when it is time."""
         reporter, actor = self.link.reporter, self.actor
-        reporter.add(actor.take_finished(),
-                     self.evaluator.maybe_run(actor.greedy, self.cfg.eval_interval,
-                                              self.link.raise_if_stopped))
+        acted = actor.tracker.env_steps - self.acted
+        self.acted = actor.tracker.env_steps
+        reporter.add(actor.take_finished(),  # as many evaluation steps as it just acted
+                     self.evaluator.maybe_advance(actor.greedy, self.cfg.eval_interval,
+                                                  acted // self.cfg.envs_per_actor))
         reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
 
     def stats(self, **more: Any) -> dict[str, Any]:
