@@ -65,6 +65,8 @@ class GreedyEvaluator:
             if on_poll is not None and self._t % 100 == 99:
                 on_poll()
             self._obs, r, term, trunc, _ = self.envs.step(act(self._obs))
+            if hasattr(act, "observe"):  # a policy fed its previous reward (R2D2's core)
+                act.observe(r)
             self._ret += np.where(self._done, 0.0, r)
             self._done |= term | trunc
             self._t += 1
@@ -76,8 +78,10 @@ class GreedyEvaluator:
 
     def run(self, act: Act, on_poll: Callable[[], object] | None = None) -> np.ndarray:
         """Returns of one episode per env under ``act`` (observations -> actions; one with a
-        ``reset(num_envs)`` method is reset first), in one go; ``on_poll`` every 100 steps
+        ``reset(num_envs)`` method is reset first, one with ``observe(rewards)`` is given
+        each step's rewards), in one go; ``on_poll`` every 100 steps
         (a stop request raises from it, so a long evaluation does not delay a stop)."""
+        assert not self.under_way, "run() would discard the sliced evaluation under way"
         self._start(act)
         out = self._advance(act, self.max_steps, on_poll)
         assert out is not None

@@ -50,7 +50,8 @@ def sequence_fields(spec: EnvSpec, length: int, core_size: int,
 
 class RecurrentGreedy:
     """argmax_a Q(x, a) with a recurrent Q-network, one core state per env: what the greedy
-    evaluator acts with (actors/evaluation.py calls :meth:`reset` before its episodes)."""
+    evaluator acts with (actors/evaluation.py calls :meth:`reset` before its episodes and
+    :meth:`observe` after each step)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -69,6 +70,11 @@ class RecurrentGreedy:
         self.first = torch.zeros_like(self.first)  # one episode per env, then ignored
         self.prev_action = actions
         return actions.numpy()
+
+    def observe(self, rewards: np.ndarray) -> None:
+        """The step's rewards, the core's previous reward at the next step (as the
+        :class:`SequenceActor` feeds it while training)."""
+        self.prev_reward = torch.as_tensor(rewards, dtype=torch.float32)
 
 
 class SequenceActor(EnvActor):

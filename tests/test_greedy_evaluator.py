@@ -100,7 +100,7 @@ def test_cartpole_returns_equal_first_episode_lengths() -> None:
 
 
 def test_an_apex_actors_greedy_is_argmax_q_in_the_evaluator() -> None:
-    """What Ape-X and Gorila evaluate, ``evaluator.run(actor.greedy)``, is argmax Q."""
+    """What Ape-X and Gorila evaluate, ``actor.greedy`` in the evaluator, is argmax Q."""
     torch.manual_seed(9)
     net = QNetwork((3,), NUM_ACTIONS, hidden=16)
     actor = TransitionActor(env_spec(ENV_ID), 1, 3, 0.9, net, eps=1.0, seed=0)
@@ -179,3 +179,41 @@ def test_a_slice_waits_for_the_interval_and_a_stuck_evaluation_ends_at_max_steps
         assert ev.maybe_advance(stay, interval_s=3600.0, steps=100) == [] and len(steps) == 450
     finally:
         ev.close()
+
+
+def test_each_sliced_evaluation_resets_a_recurrent_policy_once_and_feeds_it_rewards():
+    """A recurrent policy (R2D2's ``RecurrentGreedy``) is reset once per evaluation, not per
+    slice, and after every step is given that step's rewards (its core's previous reward);
+    evaluation k + 1 starts from new seeds."""
+    torch.manual_seed(5)
+    greedy = greedy_of(QNetwork((3,), NUM_ACTIONS, hidden=16))
+
+    class Recurrent:
+        def __init__(self) -> None:
+            self.resets, self.firsts, self.acts, self.rewards = 0, [], 0, []
+            self.fresh = False
+
+        def reset(self, num_envs: int) -> None:
+            self.resets, self.fresh = self.resets + 1, True
+
+        def observe(self, rewards: np.ndarray) -> None:
+            assert rewards.shape == (4,)
+            self.rewards.append(np.array(rewards))
+
+        def __call__(self, obs: np.ndarray) -> np.ndarray:
+            if self.fresh:
+                self.firsts.append(np.array(obs))
+                self.fresh = False
+            self.acts += 1
+            return greedy(obs)
+
+    act = Recurrent()
+    ev = GreedyEvaluator(ENV_ID, 4, seed=11)
+    try:
+        ends = 0
+        while ends < 2:
+            ends += bool(ev.maybe_advance(act, interval_s=0.0, steps=2))
+    finally:
+        ev.close()
+    assert act.resets == 2 and len(act.rewards) == act.acts > 2
+    assert not np.array_equal(act.firsts[0], act.firsts[1])

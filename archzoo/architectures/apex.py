@@ -5,8 +5,9 @@ K = 0 the replay lives in the learner); the remaining ranks are actors.
 
 - Actor i explores with ε_i = ε^(1 + α·i/(N−1)), assembles n-step transitions, computes
   their initial priorities with its local Q-network and ships batches to its shard
-  without waiting; it takes the newest parameters between batches and runs greedy
-  evaluation episodes every ``--eval-interval`` seconds.
+  without waiting; it takes the newest parameters between batches and plays greedy
+  evaluation episodes in slices between batches (one evaluation at most every
+  ``--eval-interval`` seconds).
 - A shard inserts, samples by priority and applies priority updates (replay/server.py).
 - The learner samples (prefetching the next batch while it trains), takes a double-DQN
   step on n-step targets weighted by importance weights, and sends the new priorities

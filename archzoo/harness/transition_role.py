@@ -2,8 +2,9 @@
 
 Actor i of N explores with Ape-X's ladder ε_i = ε^(1 + α·i/(N−1))
 (:func:`archzoo.actors.transitions.epsilon`), sends its batches of transitions to one replay rank
-without waiting (a double buffer: it collects one while the other is on the wire), and runs
-greedy evaluation episodes every ``--eval-interval`` seconds; its episodes and evaluations
+without waiting (a double buffer: it collects one while the other is on the wire), and plays
+greedy evaluation episodes (one evaluation at most every ``--eval-interval`` seconds, in
+slices between its batches); its episodes and evaluations
 go to rank 0. Where its parameters come from is the architecture's.
 """
 
