@@ -44,6 +44,11 @@ class GreedyEvaluator:
         """Whether an evaluation has started and not yet ended."""
         return self._obs is not None
 
+    @property
+    def _ended(self) -> bool:
+        """Every env has finished its episode, or the step cap is reached."""
+        return bool(self._done.all()) or self._t >= self.max_steps
+
     def _start(self, act: Act) -> None:
         """Evaluation k starts from seed ``seed + 7919·k``: new start states each time."""
         self._obs, _ = self.envs.reset(seed=vector_seed(
@@ -60,7 +65,7 @@ class GreedyEvaluator:
         """At most ``steps`` more steps of the evaluation under way; its returns if it
         ended, else None."""
         for _ in range(steps):
-            if self._done.all() or self._t >= self.max_steps:
+            if self._ended:
                 break
             if on_poll is not None and self._t % 100 == 99:
                 on_poll()
@@ -70,7 +75,7 @@ class GreedyEvaluator:
             self._ret += np.where(self._done, 0.0, r)
             self._done |= term | trunc
             self._t += 1
-        if not (self._done.all() or self._t >= self.max_steps):
+        if not self._ended:
             return None
         self._obs = None
         self.last_run = time.time()
