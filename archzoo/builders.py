@@ -71,15 +71,25 @@ def unrolls(cfg: VTraceConfig, spec: EnvSpec) -> Schema:
     return unroll_schema(spec, cfg.unroll_length, cfg.envs_per_actor, size, prev)
 
 
+def learner_threads(cfg: RunConfig) -> None:
+    """The learner's process takes ``--learner-threads`` torch threads (if set): its updates
+    are what bounds a learner-bound run, and its actors wait while it trains."""
+    if cfg.learner_threads:
+        torch.set_num_threads(cfg.learner_threads)
+
+
 def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
     """The actor-critic learner: V-trace (IMPALA, SEED) or A3C's loss (GA3C's default)."""
+    learner_threads(cfg)
     loss_cfg = ImpalaLossConfig(gamma=cfg.gamma, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
                                 baseline_coef=cfg.baseline_coef, entropy_coef=cfg.entropy_coef,
-                                clip_ratio=cfg.clip_ratio)
+                                clip_ratio=cfg.clip_ratio,
+                                normalize_advantages=cfg.normalize_advantages)
     cls = A3CUnrollLearner if loss == "a3c" else VTraceLearner
     return cls(actor_critic(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm,
                torch.device(cfg.device), cfg.optimizer,
-               lr_decay_steps=cfg.total_steps if cfg.lr_decay else None)
+               lr_decay_steps=cfg.total_steps if cfg.lr_decay else None, epochs=cfg.epochs,
+               minibatches=cfg.minibatches)
 
 
 def a2c_loss_config(cfg: A2CRunConfig) -> A2CConfig:
@@ -113,6 +123,7 @@ def r2d2_loss(cfg: R2D2Config) -> R2D2LossConfig:
 
 def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner | R2D2Learner:
     """Ape-X's and Gorila's double-DQN learner, or R2D2's on sequences."""
+    learner_threads(cfg)
     if isinstance(cfg, R2D2Config):
         return R2D2Learner(q_network(cfg, spec), r2d2_loss(cfg), cfg.lr, cfg.target_update,
                            cfg.max_grad_norm, torch.device(cfg.device))

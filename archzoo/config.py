@@ -113,6 +113,9 @@ class RunConfig:
     startup_timeout: float = opt(120.0, "deadline (s) for all ranks to join", group="run")
     log_interval: float = opt(2.0, "seconds between metrics rows", group="run")
     threads: int = opt(1, "torch threads per process", group="run")
+    learner_threads: int = opt(0, "torch threads of the process that runs the learner "
+                               "(IMPALA, SEED RL, GA3C, Ape-X, Gorila, R2D2; with --actors 0, "
+                               "the one process); 0: --threads", group="run")
     quiet: bool = opt(False, "no progress display (a live panel on a terminal, else a line "
                              "per metrics row)", group="run")
     straggler: str | None = opt(None, "RANK:FACTOR: rank RANK steps its envs FACTOR times "
@@ -160,6 +163,7 @@ class RunConfig:
         return r.problem
 
     def check(self, r: Rules) -> None:
+        r.at_least(self, "learner_threads", 0)
         for name in ("envs_per_actor", "total_steps", "threads"):
             r.at_least(self, name, 1)
         r.at_least(self, "fanout", 2)
@@ -254,12 +258,25 @@ class VTraceConfig(RunConfig):
     clip_ratio: float = opt(0.0, "ε > 0: PPO's clipped surrogate on the V-trace advantages, "
                             "with the behaviour policy as the old one (APPO); 0: the IMPALA "
                             "paper's policy gradient", group="learner")
+    normalize_advantages: bool = opt(False, "normalise the policy term's advantages to mean 0 "
+                                     "and std 1 over each (mini)batch's valid steps, as PPO's "
+                                     "and APPO's implementations do", group="learner")
+    epochs: int = opt(1, "passes over each batch (sample reuse as in PPO and APPO; pair it "
+                      "with --clip-ratio)", group="learner")
+    minibatches: int = opt(1, "gradient steps per pass, each on a random group of the "
+                           "batch's trajectories", group="learner")
     max_grad_norm: float = opt(1.0, "gradient-norm clip", group="learner")
     hidden: int = opt(64, "MLP width", group="learner")
 
     def check(self, r: Rules) -> None:
         super().check(r)
         r.at_least(self, "unroll_length", 1)
+        r.at_least(self, "epochs", 1)
+        r.at_least(self, "minibatches", 1)
+        r.need(self.minibatches <= self.envs_per_actor * max(1, self.batch_unrolls),
+               f"--minibatches {self.minibatches} must be <= the trajectories of a batch, "
+               f"--envs-per-actor × --batch-unrolls = "
+               f"{self.envs_per_actor * max(1, self.batch_unrolls)}")
         r.at_least(self, "batch_unrolls", 0)
         r.positive(self, "lr")
         r.within(self, "gamma", 0.0, 1.0)
@@ -391,6 +408,11 @@ class Ga3cConfig(InferenceConfig, CoreFlags):
                "sync mode")
         r.need(self.clip_ratio == 0 or self.loss == "vtrace", f"--clip-ratio {self.clip_ratio}"
                ": the clip applies to the V-trace loss; add --loss vtrace")
+        r.need(not self.normalize_advantages or self.loss == "vtrace",
+               "--normalize-advantages applies to the V-trace loss; add --loss vtrace")
+        r.need(self.epochs == self.minibatches == 1 or self.loss == "vtrace",
+               "--epochs and --minibatches (sample reuse) apply to the V-trace loss; add "
+               "--loss vtrace")
         super().check(r)
         self.check_core(r)
 

@@ -38,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["ImpalaLossConfig", "VTraceTargets", "impala_loss", "vtrace_targets"]
+__all__ = ["ImpalaLossConfig", "VTraceTargets", "impala_loss", "loss_targets", "normalized",
+           "step_loss", "vtrace_targets"]
 
 
 @dataclass(frozen=True)
@@ -138,12 +139,21 @@ class ImpalaLossConfig:
     baseline_coef: float = 0.5
     entropy_coef: float = 0.01
     clip_ratio: float = 0.0  # > 0: PPO's clipped surrogate on the V-trace advantages (APPO)
+    normalize_advantages: bool = False  # the policy term's advantages to mean 0, std 1
 
 
 def _mean_valid(x: Tensor, valid: Tensor) -> Tensor:
     """Sum of ``x`` over valid steps divided by max(1, number of valid steps)."""
     n = valid.sum().clamp(min=1)
     return torch.where(valid, x, 0.0).sum() / n
+
+
+def normalized(x: Tensor, valid: Tensor, eps: float = 1e-8) -> Tensor:
+    """``x`` shifted and scaled to mean 0 and standard deviation 1 over the valid steps (the
+    advantage normalisation of PPO's and APPO's implementations); invalid steps keep 0."""
+    mean = _mean_valid(x, valid)
+    std = _mean_valid((x - mean) ** 2, valid).sqrt()
+    return torch.where(valid, (x - mean) / (std + eps), 0.0)
 
 
 def impala_loss(
@@ -168,7 +178,10 @@ def impala_loss(
     ``cfg.clip_ratio`` = ε > 0 the policy term is PPO's clipped surrogate instead (APPO):
       pg_loss = -mean_valid(min(r_s a_s, clip(r_s, 1-ε, 1+ε) a_s)),  r_s = pi/mu,
     a_s = r_s + γ v_{s+1} - V(x_s) (A_s without its ρ_s): one update cannot move π far from
-    the behaviour policy, whatever the policy lag.
+    the behaviour policy, whatever the policy lag. ``cfg.normalize_advantages``: the policy
+    term's advantages (A_s, or a_s with the clip) are first normalised over the batch's valid
+    steps (:func:`normalized`), so their scale no longer depends on the rewards' and the
+    entropy bonus keeps the same weight against them on every game.
 
     Args:
         logits: [T, B, A] logits of the learner's current policy pi (with grad).
@@ -181,37 +194,76 @@ def impala_loss(
     Returns:
         The scalar loss and a dict of float statistics.
     """
-    valid = valid.bool()
-    log_probs = F.log_softmax(logits, dim=-1)  # [T, B, A]
-    target_logp = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
-    behaviour_logp = (
-        F.log_softmax(behaviour_logits.detach(), dim=-1)
-        .gather(-1, actions.unsqueeze(-1))
-        .squeeze(-1)
-    )
+    targets = loss_targets(logits=logits, values=values, actions=actions,
+                           behaviour_logits=behaviour_logits, rewards=rewards,
+                           terminated=terminated, truncated=truncated, valid=valid, cfg=cfg)
+    return step_loss(logits=logits, values=values[:-1], actions=actions,
+                     behaviour_logits=behaviour_logits, vs=targets.vs,
+                     advantages=targets.advantages, valid=valid, cfg=cfg)
 
-    targets = vtrace_targets(
-        target_logp=target_logp,
-        behaviour_logp=behaviour_logp,
-        rewards=rewards,
-        values=values,
-        terminated=terminated,
-        truncated=truncated,
-        valid=valid,
-        gamma=cfg.gamma,
-        rho_bar=cfg.rho_bar,
-        c_bar=cfg.c_bar,
-    )
+
+def _action_logp(logits: Tensor, actions: Tensor) -> Tensor:
+    """log softmax(logits)[a], without gradient."""
+    return F.log_softmax(logits.detach(), dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def loss_targets(*, logits: Tensor, values: Tensor, actions: Tensor, behaviour_logits: Tensor,
+                 rewards: Tensor, terminated: Tensor, truncated: Tensor, valid: Tensor,
+                 cfg: ImpalaLossConfig) -> VTraceTargets:
+    """:func:`vtrace_targets` of a batch, π from ``logits`` [T, B, A], μ from
+    ``behaviour_logits`` and V from ``values`` [T+1, B]; no gradient."""
+    return vtrace_targets(target_logp=_action_logp(logits, actions),
+                          behaviour_logp=_action_logp(behaviour_logits, actions),
+                          rewards=rewards, values=values, terminated=terminated,
+                          truncated=truncated, valid=valid, gamma=cfg.gamma,
+                          rho_bar=cfg.rho_bar, c_bar=cfg.c_bar)
+
+
+def step_loss(
+    *,
+    logits: Tensor,
+    values: Tensor,
+    actions: Tensor,
+    behaviour_logits: Tensor,
+    vs: Tensor,
+    advantages: Tensor,
+    valid: Tensor,
+    cfg: ImpalaLossConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    """The loss's three terms at each step, given its V-trace target v_s and advantage
+    a_s = r_s + γ v_{s+1} - V(x_s) (no gradient; from :func:`vtrace_targets`). Any shape of
+    steps ([T, B] or [N]): the terms are means over the valid steps, with ρ_s = min(ρ̄, π/μ)
+    from the current π. :func:`impala_loss` is this on the targets of its batch; sample reuse
+    (learners/vtrace_learner.py) calls it on minibatches of steps with targets fixed at the
+    start of an epoch, as PPO does with its advantages.
+
+    Args:
+        logits: [..., A] logits of π at x_s (with grad).
+        values: [...] V(x_s) (with grad).
+        actions, valid: [...] the action taken and the step's validity.
+        behaviour_logits: [..., A] logits of μ at x_s.
+        vs, advantages: [...] v_s and a_s.
+        cfg: loss hyper-parameters.
+    """
+    valid = valid.bool()
+    log_probs = F.log_softmax(logits, dim=-1)
+    target_logp = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    behaviour_logp = _action_logp(behaviour_logits, actions)
+    log_ratios = target_logp.detach() - behaviour_logp
+    advantages = advantages.detach()
 
     if cfg.clip_ratio > 0:  # APPO: PPO's clip (Schulman et al. 2017) with mu as the old policy
         ratio = torch.exp(target_logp - behaviour_logp)  # pi/mu, with grad through pi
-        adv = targets.advantages
+        adv = normalized(advantages, valid) if cfg.normalize_advantages else advantages
         surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - cfg.clip_ratio,
                                                            1.0 + cfg.clip_ratio) * adv)
         pg_loss = -_mean_valid(surrogate, valid)
-    else:
-        pg_loss = -_mean_valid(target_logp * targets.pg_advantages, valid)
-    baseline_loss = _mean_valid(0.5 * (targets.vs - values[:-1]) ** 2, valid)
+    else:  # IMPALA: rho_s A_s
+        adv = torch.clamp(torch.exp(log_ratios), max=cfg.rho_bar) * advantages
+        if cfg.normalize_advantages:
+            adv = normalized(adv, valid)
+        pg_loss = -_mean_valid(target_logp * adv, valid)
+    baseline_loss = _mean_valid(0.5 * (vs.detach() - values) ** 2, valid)
     entropy = _mean_valid(-(log_probs.exp() * log_probs).sum(dim=-1), valid)
     loss = pg_loss + cfg.baseline_coef * baseline_loss - cfg.entropy_coef * entropy
 
@@ -220,9 +272,10 @@ def impala_loss(
         "pg_loss": pg_loss.item(),
         "baseline_loss": baseline_loss.item(),
         "entropy": entropy.item(),
-        "mean_rho": _mean_valid(targets.rhos, valid).item(),
-        "rho_clip_frac": _mean_valid((targets.log_ratios.exp() > cfg.rho_bar).float(),
+        "mean_rho": _mean_valid(torch.clamp(torch.exp(log_ratios), max=cfg.rho_bar),
+                                valid).item(),
+        "rho_clip_frac": _mean_valid((torch.exp(log_ratios) > cfg.rho_bar).float(),
                                      valid).item(),
-        "mean_log_ratio_abs": _mean_valid(targets.log_ratios.abs(), valid).item(),
+        "mean_log_ratio_abs": _mean_valid(log_ratios.abs(), valid).item(),
     }
     return loss, stats

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from archzoo.actors.unroll import CORE_FIELDS, core_inputs
-from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss
+from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, loss_targets, step_loss
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
@@ -39,14 +39,23 @@ class VTraceLearner:
 
     def __init__(self, model: nn.Module, loss_cfg: ImpalaLossConfig, lr: float,
                  max_grad_norm: float, device: torch.device, optimizer: str = "adam",
-                 lr_decay_steps: int | None = None) -> None:
+                 lr_decay_steps: int | None = None, epochs: int = 1,
+                 minibatches: int = 1) -> None:
         """``lr_decay_steps``: decay the learning rate linearly to 0 over that many env steps
-        trained on (IMPALA, Espeholt et al. 2018, Appendix G); None keeps it constant."""
+        trained on (IMPALA, Espeholt et al. 2018, Appendix G); None keeps it constant.
+        ``epochs`` × ``minibatches``: sample reuse as in PPO (Schulman et al. 2017) and APPO
+        (Petrenko et al. 2020): each batch is trained on ``epochs`` times, each time split
+        into ``minibatches`` random groups of whole trajectories (env columns), one gradient
+        step per group; 1 × 1 is IMPALA's single step per batch."""
+        if epochs < 1 or minibatches < 1:
+            raise ValueError(f"epochs {epochs} and minibatches {minibatches} must be >= 1")
         self.model = model.to(device)
         self.device = device
         self.loss_cfg = loss_cfg
         self.max_grad_norm = max_grad_norm
         self.lr, self.lr_decay_steps = lr, lr_decay_steps
+        self.epochs, self.minibatches = epochs, minibatches
+        self.rng = torch.Generator().manual_seed(0)  # minibatch shuffles (sample reuse only)
         self.steps_trained = 0  # valid env steps in the batches so far
         if optimizer == "adam":
             self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5)
@@ -101,21 +110,14 @@ class VTraceLearner:
         return logits.reshape(T1, B, -1)[:-1], values.reshape(T1, B)
 
     def update(self, unrolls: Sequence) -> dict[str, float]:
-        """One step of the IMPALA loss on the given unrolls (in the given order)."""
+        """Train on the given unrolls (in the given order): one step of the IMPALA loss, or
+        ``epochs`` × ``minibatches`` steps with sample reuse. The version advances by one."""
         t0 = time.perf_counter()
         b = batch_unrolls(unrolls, self.device)
-        logits, values = self.logits_and_values(b)
-        loss, stats = self.loss(b, logits, values)
-        if self.sum_loss:  # the loss's terms are means over valid steps: back to their sum
-            loss = loss * b["valid"].sum().clamp(min=1)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),
-                                                            self.max_grad_norm))
-        stats["lr"] = self.opt.param_groups[0]["lr"]
-        with self.step_lock:
-            self.opt.step()
-            self.version += 1
+        if self.epochs == 1 and self.minibatches == 1:
+            stats = self._step(b, last=True)
+        else:
+            stats = self._reuse(b)
         self.steps_trained += int(b["valid"].sum())
         if self.lr_decay_steps:  # the next update's learning rate
             for g in self.opt.param_groups:
@@ -123,3 +125,86 @@ class VTraceLearner:
         self.update_s += time.perf_counter() - t0
         return stats
 
+    def _reuse(self, b: dict[str, torch.Tensor]) -> dict[str, float]:
+        """``epochs`` passes over ``b``, each in ``minibatches`` random groups; returns the
+        steps' mean statistics. A feed-forward model: at the start of each pass the V-trace
+        targets and advantages of the whole batch are computed with the current parameters,
+        then the groups are of single valid steps, as PPO's minibatches are. A recurrent
+        model: the groups are whole trajectories (env columns, its core runs along them)
+        and the targets are recomputed at each step, as in APPO."""
+        recurrent = getattr(self.model, "recurrent", False)
+        total: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.epochs):
+            for mb in (self._trajectory_groups(b) if recurrent else self._step_groups(b)):
+                steps += 1
+                last = steps == self.epochs * self.minibatches
+                for k, v in (self._step(mb, last) if recurrent
+                             else self._step_on_steps(mb, last)).items():
+                    total[k] = total.get(k, 0.0) + v
+        return {k: v / steps for k, v in total.items()}
+
+    def _shuffle(self, n: int, what: str) -> tuple[torch.Tensor, ...]:
+        if self.minibatches > n:
+            raise ValueError(f"--minibatches {self.minibatches} exceeds the batch's {n} {what}")
+        return torch.tensor_split(torch.randperm(n, generator=self.rng), self.minibatches)
+
+    def _trajectory_groups(self, b: dict[str, torch.Tensor]):
+        """One pass's groups of whole trajectories (env columns)."""
+        for idx in self._shuffle(b["obs"].shape[1], "trajectories"):
+            yield _columns(b, idx.to(b["obs"].device))
+
+    def _step_groups(self, b: dict[str, torch.Tensor]):
+        """One pass's groups of single valid steps, with the pass's targets."""
+        with torch.no_grad():
+            logits, values = self.logits_and_values(b)
+            t = loss_targets(logits=logits, values=values, actions=b["actions"],
+                             behaviour_logits=b["behaviour_logits"], rewards=b["rewards"],
+                             terminated=b["terminated"], truncated=b["truncated"],
+                             valid=b["valid"], cfg=self.loss_cfg)
+        T, B = b["actions"].shape
+        flat = {"obs": b["obs"][:-1].reshape(T * B, *b["obs"].shape[2:]),
+                "actions": b["actions"].reshape(-1),
+                "behaviour_logits": b["behaviour_logits"].reshape(T * B, -1),
+                "vs": t.vs.reshape(-1), "advantages": t.advantages.reshape(-1)}
+        valid = torch.nonzero(b["valid"].reshape(-1)).squeeze(-1)
+        for idx in self._shuffle(len(valid), "valid steps"):
+            yield {k: v[valid[idx.to(valid.device)]] for k, v in flat.items()}
+
+    def _step_on_steps(self, mb: dict[str, torch.Tensor], last: bool) -> dict[str, float]:
+        """One gradient step of :func:`step_loss` on a group of steps with fixed targets."""
+        logits, values = self.model(mb["obs"])
+        loss, stats = step_loss(logits=logits, values=values, actions=mb["actions"],
+                                behaviour_logits=mb["behaviour_logits"], vs=mb["vs"],
+                                advantages=mb["advantages"],
+                                valid=torch.ones_like(mb["actions"], dtype=torch.bool),
+                                cfg=self.loss_cfg)
+        return self._apply(loss, len(mb["actions"]), stats, last)
+
+    def _step(self, b: dict[str, torch.Tensor], last: bool) -> dict[str, float]:
+        """One gradient step of the loss on batch ``b``; its statistics. ``last``: the
+        update's last step, which advances the version with it (under the step lock)."""
+        logits, values = self.logits_and_values(b)
+        loss, stats = self.loss(b, logits, values)
+        return self._apply(loss, int(b["valid"].sum()), stats, last)
+
+    def _apply(self, loss: torch.Tensor, n_valid: int, stats: dict[str, float],
+               last: bool) -> dict[str, float]:
+        """Backward, clip, optimiser step (and, if ``last``, the version); the stats."""
+        if self.sum_loss:  # the loss's terms are means over valid steps: back to their sum
+            loss = loss * max(1, n_valid)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                            self.max_grad_norm))
+        stats["lr"] = self.opt.param_groups[0]["lr"]
+        with self.step_lock:
+            self.opt.step()
+            self.version += last
+        return stats
+
+
+def _columns(b: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The env columns ``idx`` of a batch: axis 1 of the [T(+1), B, ...] fields, axis 0 of
+    a recurrent core's [B, ...] initial state."""
+    return {k: v.index_select(0 if k in CORE_FIELDS else 1, idx) for k, v in b.items()}

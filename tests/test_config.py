@@ -53,6 +53,9 @@ def test_registry_modes_and_topologies_match_the_rules(arch: str) -> None:
     (C.Ga3cConfig, "trainers", 0, ">= 1"),
     (C.SeedConfig, "max_batch", 0, ">= 1"),
     (C.RunConfig, "fanout", 1, ">= 2"),
+    (C.RunConfig, "learner_threads", -1, ">= 0"),
+    (C.ImpalaConfig, "epochs", 0, ">= 1"),
+    (C.SeedConfig, "minibatches", 0, ">= 1"),
 ])
 def test_problem_names_flag_value_and_rule(cls, field: str, value, rule: str) -> None:
     problem = cls(**{field: value}).problem()
@@ -132,3 +135,25 @@ def test_straggler_scales_one_ranks_step_cost() -> None:
                         ("3:2", "no rank 3")]:
         assert needle in c.replace(straggler=bad).problem()
     assert "Synthetic-v0" in ImpalaConfig(arch="impala", straggler="1:2").problem()
+
+
+@pytest.mark.parametrize("arch", ["impala", "apex"])
+def test_the_learners_process_takes_learner_threads(arch: str) -> None:
+    """Building the learner (V-trace or DQN) sets its process's torch threads to
+    ``--learner-threads``; 0 leaves ``--threads``' setting alone."""
+    import torch
+
+    from archzoo import builders
+    from archzoo.envs import env_spec
+
+    spec, before = env_spec("CartPole-v1"), torch.get_num_threads()
+    build = builders.vtrace_learner if arch == "impala" else builders.dqn_learner
+    rec = ARCHITECTURES[arch]
+    try:
+        torch.set_num_threads(1)
+        build(rec.config(arch=arch, learner_threads=0, device="cpu"), spec)
+        assert torch.get_num_threads() == 1
+        build(rec.config(arch=arch, learner_threads=2, device="cpu"), spec)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -151,6 +151,8 @@ def test_mpiexec(tmp_path: Path) -> None:
     (["--training-queue", "0"], "--training-queue"),
     (["--topology", "ring"], "--topology ring"),
     (["--loss", "ppo"], "invalid choice"),
+    (["--loss", "a3c", "--normalize-advantages"], "--normalize-advantages"),
+    (["--epochs", "2"], "sample reuse"),
 ])
 def test_bad_input(argv: list[str], needle: str, capsys) -> None:
     from archzoo.cli import main

@@ -458,3 +458,32 @@ def test_clipped_surrogate_against_a_numpy_reference(seed: int) -> None:
     p = np.exp(logp)
     want = np.where(active[..., None], -(a * r)[..., None] * (onehot - p) / n, 0.0)
     np.testing.assert_allclose(logits.grad.numpy(), want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("clip", [0.0, 0.2])
+def test_normalized_advantages_against_a_numpy_reference(clip: float) -> None:
+    """--normalize-advantages: the policy term's advantages (ρ_s-weighted A_s without the
+    clip, a_s with it) take mean 0 and std 1 over the valid steps before the policy term."""
+    T, B, A = 9, 4, 3
+    d = random_unroll(T, B, A, seed=500)
+    d["rewards"] = d["rewards"] * 40.0  # a scale the normalisation removes
+    cfg = ImpalaLossConfig(gamma=0.9, entropy_coef=0.0, clip_ratio=clip,
+                           normalize_advantages=True)
+    _, stats = impala_loss(logits=d["logits"], values=d["values"], actions=d["actions"],
+                           behaviour_logits=d["behaviour_logits"], rewards=d["rewards"],
+                           terminated=d["terminated"], truncated=d["truncated"],
+                           valid=d["valid"], cfg=cfg)
+    _, _, ref_adv = run_both(d, cfg.gamma, cfg.rho_bar, cfg.c_bar)  # ρ_s-weighted A_s
+    valid = d["valid"].numpy()
+    lg = d["logits"].double().numpy()
+    logp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+    logp_a = (logp * np.eye(A)[d["actions"].numpy()]).sum(-1)
+    r = np.exp(logp_a - action_logp(d["behaviour_logits"], d["actions"]).double().numpy())
+    adv = ref_adv / np.minimum(cfg.rho_bar, r) if clip else ref_adv
+    z = (adv - adv[valid].mean()) / adv[valid].std()
+    assert abs(z[valid].mean()) < 1e-9 and z[valid].std() == pytest.approx(1.0)
+    if clip:
+        want = np.minimum(r * z, np.clip(r, 1 - clip, 1 + clip) * z)[valid].mean()
+    else:
+        want = (logp_a * z)[valid].mean()
+    assert -stats["pg_loss"] == pytest.approx(want, rel=1e-4, abs=1e-6)
