@@ -23,6 +23,7 @@ from archzoo.actors.unroll import CORE_FIELDS
 from archzoo.envs import EnvSpec
 from archzoo.learners.r2d2 import R2D2LossConfig, initial_sequence_priorities
 from archzoo.messages import Message
+from archzoo.policy import Policy
 from archzoo.replay.memory import FieldSpec
 
 _STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "valid")
@@ -48,35 +49,6 @@ def sequence_fields(spec: EnvSpec, length: int, core_size: int,
     return out
 
 
-class RecurrentGreedy:
-    """argmax_a Q(x, a) with a recurrent Q-network, one core state per env: what the greedy
-    evaluator acts with (actors/evaluation.py calls :meth:`reset` before its episodes and
-    :meth:`observe` after each step)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-
-    def reset(self, num_envs: int) -> None:
-        self.state = self.model.initial_state(num_envs)
-        self.first = torch.ones(num_envs, dtype=torch.bool)
-        self.prev_action = torch.zeros(num_envs, dtype=torch.int64)
-        self.prev_reward = torch.zeros(num_envs)
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            q, self.state = self.model(torch.as_tensor(obs), self.state, self.first,
-                                       self.prev_action, self.prev_reward)
-        actions = q.argmax(-1)
-        self.first = torch.zeros_like(self.first)  # one episode per env, then ignored
-        self.prev_action = actions
-        return actions.numpy()
-
-    def observe(self, rewards: np.ndarray) -> None:
-        """The step's rewards, the core's previous reward at the next step (as the
-        :class:`SequenceActor` feeds it while training)."""
-        self.prev_reward = torch.as_tensor(rewards, dtype=torch.float32)
-
-
 class SequenceActor(EnvActor):
     """Steps E envs ε-greedily with a local recurrent Q-network and fills sequence
     messages (:func:`sequence_fields` plus ``priority`` and ``count``)."""
@@ -97,7 +69,9 @@ class SequenceActor(EnvActor):
         self.prev_reward = np.zeros(num_envs, np.float32)
         # the last T steps: the observation and state before each, and what the step gave
         self.window: deque[dict[str, np.ndarray]] = deque(maxlen=length)
-        self.greedy = RecurrentGreedy(model)  # what the greedy evaluator acts with
+        # what the greedy evaluator acts with: argmax_a Q with its own core state per env,
+        # fed each step's reward as this actor feeds the core while training
+        self.greedy = Policy(model, {"net": "q"})
 
     def _act(self) -> np.ndarray:
         t0 = time.perf_counter()

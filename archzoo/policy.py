@@ -36,7 +36,7 @@ class Policy:
                  seed: int = 0) -> None:
         import numpy as np
 
-        self.model, self.meta = model.eval(), meta
+        self.model, self.meta = model, meta
         self.q_net = meta.get("net") == "q"
         self.greedy = greedy or self.q_net
         self.rng = np.random.default_rng(seed)
@@ -121,5 +121,5 @@ def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Pol
     except ValueError as e:
         raise UsageError(f"{run_dir}: cannot rebuild the policy: {e}") from None
     model.load_state_dict(saved["state_dict"])
-    return Policy(model, meta, greedy, seed)
+    return Policy(model.eval(), meta, greedy, seed)
 

@@ -182,7 +182,7 @@ def test_a_slice_waits_for_the_interval_and_a_stuck_evaluation_ends_at_max_steps
 
 
 def test_each_sliced_evaluation_resets_a_recurrent_policy_once_and_feeds_it_rewards():
-    """A recurrent policy (R2D2's ``RecurrentGreedy``) is reset once per evaluation, not per
+    """A recurrent policy (R2D2's, an archzoo.policy.Policy) is reset once per evaluation, not per
     slice, and after every step is given that step's rewards (its core's previous reward);
     evaluation k + 1 starts from new seeds."""
     torch.manual_seed(5)
