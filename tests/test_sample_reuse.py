@@ -17,22 +17,9 @@ import torch.nn.functional as F
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, vtrace_targets
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import ActorCritic
+from tests.test_vtrace_optim import OBS, A, E, T, unroll  # unrolls with episode ends
 
-T, E, OBS, A = 5, 4, 3, 2
 CFG = ImpalaLossConfig(clip_ratio=0.2)
-
-
-def unroll(seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    valid = np.ones((T, E), bool)
-    valid[2, 1] = False  # an autoreset step
-    terminated = np.zeros((T, E), bool)
-    terminated[1, 1] = True
-    return {"obs": rng.normal(size=(T + 1, E, OBS)).astype(np.float32),
-            "actions": rng.integers(0, A, (T, E)),
-            "behaviour_logits": rng.normal(size=(T, E, A)).astype(np.float32),
-            "rewards": rng.normal(size=(T, E)).astype(np.float32),
-            "terminated": terminated, "truncated": np.zeros((T, E), bool), "valid": valid}
 
 
 def reference_step(model: torch.nn.Module, opt: torch.optim.Optimizer,
@@ -109,7 +96,7 @@ def test_each_pass_steps_once_on_every_group_of_a_partition_of_the_valid_steps(
         learner.update([u1, u2])
     both = {k: np.concatenate([u1[k], u2[k]], axis=1) for k in u1}
     valid = np.flatnonzero(both["valid"].reshape(-1))
-    assert len(valid) == T * 2 * E - 2  # the autoreset steps are never trained on
+    assert len(valid) == T * 2 * E - 4  # the autoreset steps are never trained on
     shuffle = torch.Generator().manual_seed(0)
     n_steps = 0
     for _ in range(2 * epochs):
