@@ -45,8 +45,9 @@ class VTraceLearner:
         trained on (IMPALA, Espeholt et al. 2018, Appendix G); None keeps it constant.
         ``epochs`` × ``minibatches``: sample reuse as in PPO (Schulman et al. 2017) and APPO
         (Petrenko et al. 2020): each batch is trained on ``epochs`` times, each time split
-        into ``minibatches`` random groups of whole trajectories (env columns), one gradient
-        step per group; 1 × 1 is IMPALA's single step per batch."""
+        into ``minibatches`` random groups (of steps, or of whole trajectories for a
+        recurrent core: :meth:`_reuse`), one gradient step per group; 1 × 1 is IMPALA's
+        single step per batch."""
         if epochs < 1 or minibatches < 1:
             raise ValueError(f"epochs {epochs} and minibatches {minibatches} must be >= 1")
         self.model = model.to(device)
