@@ -264,7 +264,8 @@ class VTraceConfig(RunConfig):
     epochs: int = opt(1, "passes over each batch (sample reuse as in PPO and APPO; pair it "
                       "with --clip-ratio)", group="learner")
     minibatches: int = opt(1, "gradient steps per pass, each on a random group of the "
-                           "batch's trajectories", group="learner")
+                           "batch's steps (of its trajectories with a recurrent core)",
+                           group="learner")
     max_grad_norm: float = opt(1.0, "gradient-norm clip", group="learner")
     hidden: int = opt(64, "MLP width", group="learner")
 
@@ -273,10 +274,13 @@ class VTraceConfig(RunConfig):
         r.at_least(self, "unroll_length", 1)
         r.at_least(self, "epochs", 1)
         r.at_least(self, "minibatches", 1)
-        r.need(self.minibatches <= self.envs_per_actor * max(1, self.batch_unrolls),
-               f"--minibatches {self.minibatches} must be <= the trajectories of a batch, "
-               f"--envs-per-actor × --batch-unrolls = "
-               f"{self.envs_per_actor * max(1, self.batch_unrolls)}")
+        groups = self.envs_per_actor * max(1, self.batch_unrolls)  # a batch's trajectories
+        what = "trajectories of a batch, --envs-per-actor × --batch-unrolls"
+        if getattr(self, "core", "none") == "none":  # feed-forward: groups of steps
+            groups *= self.unroll_length
+            what = "steps of a batch, --envs-per-actor × --batch-unrolls × --unroll-length"
+        r.need(self.minibatches <= groups,
+               f"--minibatches {self.minibatches} must be <= the {what} = {groups}")
         r.at_least(self, "batch_unrolls", 0)
         r.positive(self, "lr")
         r.within(self, "gamma", 0.0, 1.0)

@@ -250,6 +250,7 @@ def step_loss(
     target_logp = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     behaviour_logp = _action_logp(behaviour_logits, actions)
     log_ratios = target_logp.detach() - behaviour_logp
+    rhos = torch.clamp(torch.exp(log_ratios), max=cfg.rho_bar)  # ρ_s, no gradient
     advantages = advantages.detach()
 
     if cfg.clip_ratio > 0:  # APPO: PPO's clip (Schulman et al. 2017) with mu as the old policy
@@ -259,7 +260,7 @@ def step_loss(
                                                            1.0 + cfg.clip_ratio) * adv)
         pg_loss = -_mean_valid(surrogate, valid)
     else:  # IMPALA: rho_s A_s
-        adv = torch.clamp(torch.exp(log_ratios), max=cfg.rho_bar) * advantages
+        adv = rhos * advantages
         if cfg.normalize_advantages:
             adv = normalized(adv, valid)
         pg_loss = -_mean_valid(target_logp * adv, valid)
@@ -272,9 +273,8 @@ def step_loss(
         "pg_loss": pg_loss.item(),
         "baseline_loss": baseline_loss.item(),
         "entropy": entropy.item(),
-        "mean_rho": _mean_valid(torch.clamp(torch.exp(log_ratios), max=cfg.rho_bar),
-                                valid).item(),
-        "rho_clip_frac": _mean_valid((torch.exp(log_ratios) > cfg.rho_bar).float(),
+        "mean_rho": _mean_valid(rhos, valid).item(),
+        "rho_clip_frac": _mean_valid((log_ratios.exp() > cfg.rho_bar).float(),
                                      valid).item(),
         "mean_log_ratio_abs": _mean_valid(log_ratios.abs(), valid).item(),
     }

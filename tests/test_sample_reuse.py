@@ -130,7 +130,10 @@ def test_a_single_step_per_batch_is_impalas_update_on_the_batch_in_its_order() -
 
 @pytest.mark.parametrize("argv,needle", [
     (["--epochs", "0"], "--epochs"), (["--minibatches", "0"], "--minibatches"),
-    (["--envs-per-actor", "4", "--batch-unrolls", "2", "--minibatches", "9"], "<= the")])
+    (["--envs-per-actor", "4", "--batch-unrolls", "2", "--unroll-length", "5",
+      "--minibatches", "41"], "<= the steps"),
+    (["--envs-per-actor", "4", "--batch-unrolls", "2", "--core", "lstm", "--minibatches", "9"],
+     "<= the trajectories")])
 def test_bad_reuse_flags_one_line_exit_2(argv: list[str], needle: str, capsys) -> None:
     from archzoo.cli import main
 
