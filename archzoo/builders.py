@@ -17,7 +17,6 @@ from archzoo.actors.transitions import TransitionActor
 from archzoo.actors.unroll import unroll_schema
 from archzoo.config import (
     A2CRunConfig,
-    A3CConfig,
     ApexConfig,
     R2D2Config,
     RunConfig,
@@ -97,7 +96,15 @@ def a2c_loss_config(cfg: A2CRunConfig) -> A2CConfig:
                      entropy_coef=cfg.entropy_coef, max_grad_norm=cfg.max_grad_norm)
 
 
-def ps_optimizer(cfg: A3CConfig) -> Any:
+def agent_optimizer(cfg: A2CRunConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """A GALA agent's own update rule: RMSProp as in A3C (alpha 0.99, ``--rms-eps``), or
+    Adam (Kingma & Ba 2015) with ``--optimizer adam``."""
+    if cfg.optimizer == "rmsprop":
+        return torch.optim.RMSprop(model.parameters(), lr=cfg.lr, alpha=0.99, eps=cfg.rms_eps)
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+
+def ps_optimizer(cfg: A2CRunConfig) -> Any:
     """The parameter server's update rule: A3C's shared RMSProp, or Adam."""
     if cfg.optimizer == "rmsprop":
         return make_optimizer("rmsprop", cfg.lr, alpha=0.99, eps=cfg.rms_eps)

@@ -344,10 +344,15 @@ class A2CRunConfig(RunConfig, CoreFlags):
     entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
     max_grad_norm: float = opt(0.5, "gradient-norm clip", group="learner")
     hidden: int = opt(64, "MLP width", group="learner")
+    optimizer: str = opt("rmsprop", "optimizer: RMSProp as in A3C (alpha 0.99; A3C's shards "
+                         "share its statistics, GALA's agents keep their own) or Adam",
+                         choices=("rmsprop", "adam"), group="learner")
+    rms_eps: float = opt(1e-5, "RMSProp ε", group="learner")
 
     def check(self, r: Rules) -> None:
         super().check(r)
         self.check_core(r)
+        r.positive(self, "rms_eps")
         r.at_least(self, "t_max", 1)
         r.positive(self, "lr")
         r.within(self, "gamma", 0.0, 1.0)
@@ -597,9 +602,6 @@ class A3CConfig(A2CRunConfig):
                        group="parameter server")
     staleness: int | None = opt(None, "async: drop gradients computed on parameters more than "
                                 "S versions old", group="parameter server")
-    optimizer: str = opt("rmsprop", "the shards' optimizer (shared RMSProp as in A3C)",
-                         choices=("rmsprop", "adam"), group="parameter server")
-    rms_eps: float = opt(1e-5, "RMSProp ε", group="parameter server")
 
     @property
     def all_reduce(self) -> bool:
@@ -633,7 +635,6 @@ class A3CConfig(A2CRunConfig):
         workers = max(1, self.actors or 0)
         r.need(self.ps_drop < workers, f"--ps-drop {self.ps_drop} must be < the number of "
                f"actor-learners W = {workers} (a round waits for W - D of them)")
-        r.positive(self, "rms_eps")
         super().check(r)
 
 

@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from archzoo import builders, harness
 from archzoo.actors.segment import SegmentActor
@@ -48,8 +47,7 @@ class Agent:
         cfg: GalaConfig = ctx.cfg
         self.cfg, self.stop_flag = cfg, np.zeros(1, np.float64)  # rank 0's decision, shared
         self.model = builders.actor_critic(cfg, spec)  # every agent: the same parameters
-        self.opt = torch.optim.RMSprop(self.model.parameters(), lr=cfg.lr, alpha=0.99,
-                                       eps=1e-5)
+        self.opt = builders.agent_optimizer(cfg, self.model)
         self.a2c = builders.a2c_loss_config(cfg)
         self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
                                   harness.actor_seed(cfg.seed, ctx.rank))
@@ -102,7 +100,7 @@ class Agent:
     def share_resumed(self, t) -> None:
         """``--resume``: rank 0 loaded its agent from the checkpoint; every agent takes its
         parameters and update count (so the gossip rounds stay aligned). The others'
-        RMSProp moments start afresh: a checkpoint keeps rank 0's agent only."""
+        optimizer moments start afresh: a checkpoint keeps rank 0's agent only."""
         head = np.array([self.updates], np.int64)
         t.broadcast(head, 0)
         self.updates = int(head[0])
