@@ -5,7 +5,12 @@ with a mean policy lag of at most 2 versions. A random policy averages about 0.4
 
 Before the lag was cut (an actor's parameter receive refilled by the learner's older pending
 send, two unrolls in flight, a learner that trained on whatever had arrived) this run went
-up to ~6 and back to 0 within two minutes, at a lag of 3.6-5.5 versions."""
+up to ~6 and back to 0 within two minutes, at a lag of 3.6-5.5 versions.
+
+The other asynchronous actor-critics are guarded the same way on their MinAtar presets, each
+with the lag its design leaves: A3C's workers pull before every segment (1 version), GA3C's
+trainer runs behind a prediction queue (2.3-2.5 versions in docs/results.md). Ape-X and
+Gorila learn Breakout too slowly on two cores for a bounded guard (best 5-15 in 5 minutes)."""
 
 from __future__ import annotations
 
@@ -29,21 +34,31 @@ def windows(d: Path) -> list[float]:
             if r["mean_return_100"] and int(r["episodes"]) >= 100]
 
 
+def guarded_run(d: Path, arch: str, flags: list[str], seed: int, seconds: int) -> dict:
+    """One bounded run; its best and final 100-episode windows and its mean policy lag."""
+    r = cli("run", arch, "--actors", "2", *flags, "--seed", str(seed),
+            "--time-limit", str(seconds), "--total-steps", str(10**10),
+            "--target-return", "1e9", "--log-interval", "5", "--quiet",
+            "--run-dir", str(d), timeout=seconds + 120)
+    assert r.returncode == 0, r.stderr
+    w = windows(d)
+    lag = json.loads((d / "summary.json").read_text())["policy_lag"]["versions"]["mean"]
+    return {"seed": seed, "best": max(w, default=0.0), "final": w[-1] if w else 0.0, "lag": lag}
+
+
 @pytest.mark.slow
-def test_async_impala_learns_minatar_breakout_without_collapsing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch,flags,seconds,max_lag", [
+    ("impala", PRESET, SECONDS, MAX_LAG),
+    ("a3c", ["--config", "minatar"], 60, 1.5),
+    ("ga3c", ["--config", "minatar"], 60, 3.0),
+])
+def test_async_learning_on_minatar_breakout_does_not_collapse(
+        tmp_path: Path, arch: str, flags: list[str], seconds: int, max_lag: float) -> None:
     outcomes = []
     for seed in (0, 1):  # either of two seeds, as every bounded learning test here
-        d = tmp_path / f"seed{seed}"
-        r = cli("run", "impala", "--actors", "2", *PRESET, "--seed", str(seed),
-                "--time-limit", str(SECONDS), "--total-steps", str(10**10),
-                "--target-return", "1e9", "--log-interval", "5", "--quiet",
-                "--run-dir", str(d), timeout=SECONDS + 120)
-        assert r.returncode == 0, r.stderr
-        w = windows(d)
-        lag = json.loads((d / "summary.json").read_text())["policy_lag"]["versions"]["mean"]
-        best, final = max(w, default=0.0), (w[-1] if w else 0.0)
-        outcomes.append({"seed": seed, "best": best, "final": final, "lag": lag})
-        if best >= REACH and final >= HOLD * best and lag <= MAX_LAG:
+        o = guarded_run(tmp_path / f"seed{seed}", arch, flags, seed, seconds)
+        outcomes.append(o)
+        if o["best"] >= REACH and o["final"] >= HOLD * o["best"] and o["lag"] <= max_lag:
             return
-    raise AssertionError(f"reach {REACH}, hold {HOLD} of the best, lag <= {MAX_LAG}: "
+    raise AssertionError(f"{arch}: reach {REACH}, hold {HOLD} of the best, lag <= {max_lag}: "
                          f"{outcomes}")
