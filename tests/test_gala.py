@@ -93,3 +93,29 @@ def test_gala_solves_cartpole(tmp_path: Path) -> None:
                                    "--actors", "2", "--total-steps", "3000000",
                                    "--time-limit", "240"], tmp_path)
     assert s["final_mean_return"] >= 475 and s["stop_reason"] == "target"
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+def test_an_agent_steps_with_the_optimizer_it_was_given(name: str) -> None:
+    """``--optimizer`` reaches a GALA agent: the same gradient step as torch's own optimizer
+    with the flags' settings (RMSProp: alpha 0.99, ``--rms-eps``)."""
+    import torch
+
+    from archzoo import builders
+    from archzoo.config import GalaConfig
+
+    cfg = GalaConfig(arch="gala", optimizer=name, rms_eps=1e-3, lr=0.01)
+    model, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    ref_opt = (torch.optim.RMSprop(ref.parameters(), lr=0.01, alpha=0.99, eps=1e-3)
+               if name == "rmsprop" else torch.optim.Adam(ref.parameters(), lr=0.01))
+    opt = builders.agent_optimizer(cfg, model)
+    x = torch.randn(8, 3)
+    for m, o in ((model, opt), (ref, ref_opt)):
+        for _ in range(3):
+            o.zero_grad()
+            m(x).pow(2).sum().backward()
+            o.step()
+    assert type(opt) is type(ref_opt)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
