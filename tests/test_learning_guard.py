@@ -10,7 +10,13 @@ up to ~6 and back to 0 within two minutes, at a lag of 3.6-5.5 versions.
 The other asynchronous actor-critics are guarded the same way on their MinAtar presets, each
 with the lag its design leaves: A3C's workers pull before every segment (1 version), GA3C's
 trainer runs behind a prediction queue (2.3-2.5 versions in docs/results.md). Ape-X and
-Gorila learn Breakout too slowly on two cores for a bounded guard (best 5-15 in 5 minutes)."""
+Gorila learn Breakout too slowly on two cores for a bounded guard (best 5-15 in 5 minutes).
+
+Mutations that bring stale parameters back make both new cases fail (both seeds each):
+A3C's workers acting with a θ′ refreshed only every 8th segment, lag 8.0 versions (seed 1
+also never learned: best 0.54); GA3C's predictors answering from a snapshot of the model
+refreshed every 8 versions, lag 5.8-5.9. GA3C still reached 21 that way, so for it the lag
+bound is what fails, not the return."""
 
 from __future__ import annotations
 
