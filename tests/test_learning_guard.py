@@ -12,7 +12,7 @@ with the lag its design leaves: A3C's workers pull before every segment (1 versi
 trainer runs behind a prediction queue (2.3-2.5 versions in docs/results.md). Ape-X and
 Gorila learn Breakout too slowly on two cores for a bounded guard (best 5-15 in 5 minutes).
 
-Mutations that bring stale parameters back make both new cases fail (both seeds each):
+Mutations that bring stale parameters back make the A3C and GA3C cases fail (both seeds):
 A3C's workers acting with a θ′ refreshed only every 8th segment, lag 8.0 versions (seed 1
 also never learned: best 0.54); GA3C's predictors answering from a snapshot of the model
 refreshed every 8 versions, lag 5.8-5.9. GA3C still reached 21 that way, so for it the lag
