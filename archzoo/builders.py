@@ -123,6 +123,13 @@ def q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork | RecurrentQNetwork:
                     spec.obs_dtype)
 
 
+def learner_q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork | RecurrentQNetwork:
+    """The Q-network of a learner that is not a :func:`dqn_learner` (Gorila's learner ranks,
+    which push gradients to a parameter server); its process takes ``--learner-threads``."""
+    learner_threads(cfg)
+    return q_network(cfg, spec)
+
+
 def r2d2_loss(cfg: R2D2Config) -> R2D2LossConfig:
     return R2D2LossConfig(gamma=cfg.gamma, n_step=cfg.n_step, burn_in=cfg.burn_in,
                           eta=cfg.priority_eta, rescale_eps=cfg.rescale_eps)

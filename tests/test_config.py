@@ -137,17 +137,18 @@ def test_straggler_scales_one_ranks_step_cost() -> None:
     assert "Synthetic-v0" in ImpalaConfig(arch="impala", straggler="1:2").problem()
 
 
-@pytest.mark.parametrize("arch", ["impala", "apex"])
+@pytest.mark.parametrize("arch", ["impala", "apex", "gorila"])
 def test_the_learners_process_takes_learner_threads(arch: str) -> None:
-    """Building the learner (V-trace or DQN) sets its process's torch threads to
-    ``--learner-threads``; 0 leaves ``--threads``' setting alone."""
+    """Building the learner (V-trace, DQN, or Gorila's learner rank's Q-network) sets its
+    process's torch threads to ``--learner-threads``; 0 leaves ``--threads``' setting alone."""
     import torch
 
     from archzoo import builders
     from archzoo.envs import env_spec
 
     spec, before = env_spec("CartPole-v1"), torch.get_num_threads()
-    build = builders.vtrace_learner if arch == "impala" else builders.dqn_learner
+    build = {"impala": builders.vtrace_learner, "apex": builders.dqn_learner,
+             "gorila": builders.learner_q_network}[arch]
     rec = ARCHITECTURES[arch]
     try:
         torch.set_num_threads(1)

@@ -131,7 +131,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
                 learners: list[int]) -> None:
     """Sample, the double-DQN gradient on the server's parameters, push it, take theirs."""
     cfg, t = ctx.cfg, ctx.transport
-    online = builders.q_network(cfg, spec)
+    online = builders.learner_q_network(cfg, spec)  # --learner-threads
     with harness.leaf(ctx, _digests(cfg, spec, online)) as link:
         ps = PSClient(t, shards, num_params(online), PS_TAGS)
         _pull(ps, online)
