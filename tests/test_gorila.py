@@ -62,9 +62,12 @@ def check_reports(d: Path, s: dict, learners: int) -> None:
 def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int,
                        learners: int) -> None:
     d = tmp_path / "run"
-    r = cli("run", "gorila", *extra, "--run-dir", str(d), *SMOKE, timeout=240)
+    loud = [a for a in SMOKE if a != "--quiet"]  # the progress lines name silent ranks
+    r = cli("run", "gorila", *extra, "--run-dir", str(d), *loud, timeout=240)
     assert r.returncode == 0, r.stderr
     check(d, "gloo", world, shards, learners)
+    rows = [ln for ln in r.stdout.splitlines() if "ranks=" in ln]
+    assert rows and not [ln for ln in rows if "silent" in ln], rows  # the replay too
 
 
 def test_mpiexec(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@ memory) and a learner's replay, on other ranks or in its own process.
 
 A replay rank inserts its actors' n-step transitions and answers its learners' sample
 requests and priority updates (:class:`archzoo.replay.server.ReplayServer`) until the stop; its BYE
-carries its counters under ``replay`` (summary.json's ``replay``).
+carries its counters under ``replay`` (summary.json's ``replay``). It reports nothing else, but
+sends rank 0 an empty report now and then, so that the progress line does not list it as silent
+where nothing else it sends reaches rank 0 (Gorila's replay memory).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def serve_replay(ctx: RankContext, spec: EnvSpec, digests: dict[str, str], *,
             else:
                 t.idle(2e-4)
             keeper.maybe_save()
+            link.reporter.maybe_report(0, None, None)  # an empty report: rank 0 hears it live
 
 
 class LearnerReplay:
