@@ -62,10 +62,11 @@ def check_reports(d: Path, s: dict, learners: int) -> None:
 def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int,
                        learners: int) -> None:
     d = tmp_path / "run"
-    loud = [a for a in SMOKE if a != "--quiet"]  # the progress lines name silent ranks
+    # loud and longer than the progress line's 10-s window, which names the silent ranks
+    loud = [a for a in SMOKE if a != "--quiet"] + ["--total-steps", "300000"]
     r = cli("run", "gorila", *extra, "--run-dir", str(d), *loud, timeout=240)
     assert r.returncode == 0, r.stderr
-    check(d, "gloo", world, shards, learners)
+    assert check(d, "gloo", world, shards, learners)["wall_s"] > 11
     rows = [ln for ln in r.stdout.splitlines() if "ranks=" in ln]
     assert rows and not [ln for ln in rows if "silent" in ln], rows  # the replay too
 

@@ -129,12 +129,19 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
 def _serve_slice(ctx: RankContext, shard: ParamShard, digests: dict[str, str]) -> None:
     """A shard other than 0: serve until every worker said BYE (they stop on rank 0's STOP;
     the run's own limit plus the stop protocol's deadline bound a silent worker), then send
-    shard 0 the slice."""
+    shard 0 the slice. Between requests it sends shard 0 an empty report now and then, as
+    nothing else it sends reaches shard 0 before the end."""
     cfg, t = ctx.cfg, ctx.transport
     with leaf(ctx, digests) as link:
         link.on_stop(stats=lambda: {"ps": shard.stats.as_dict()})
         own = SliceCheckpoint(ctx, shard)
-        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout, should_stop=own.maybe_save)
+
+        def between_requests() -> bool:  # an empty report, so rank 0 hears it live
+            link.reporter.maybe_report(0, None, None)
+            return own.maybe_save()
+
+        shard.run(timeout_s=cfg.time_limit + 2 * cfg.comm_timeout,
+                  should_stop=between_requests)
         own.save()
         mine = params_schema(shard.params.size).new()
         mine["params"][:] = shard.params
