@@ -14,7 +14,8 @@ mean return of the last 100 episodes (return100) at 2, 5 and 10 minutes (blank w
 run is shorter), its best and final windows, the agent steps (on MinAtar one agent step is
 one frame), the mean and p90 policy lag in parameter versions, and a collapse flag (the
 final window under 0.7 × the best, once the best reached ``--collapse-threshold``). Ape-X
-and Gorila explore with ε: their greedy evaluation return is shown beside return100.
+and Gorila explore with ε: their greedy evaluation return is shown beside return100, and
+their final, best and collapse are judged on the greedy evaluation windows.
 
 Finished cells are kept in ``--results`` (JSON, written after every run, keyed by setup,
 game, seed and minutes) with the run's metrics rows, so the grid can be run in parts and
@@ -264,9 +265,17 @@ def value_at(rows: list[Row], minutes: float, col: str = "mean_return_100") -> f
     return known[-1][col] if known else None
 
 
-def best_final(rows: list[Row]) -> tuple[float | None, float | None]:
-    w = windows(rows)
+def best_final(rows: list[Row], col: str = "mean_return_100") -> tuple[float | None,
+                                                                        float | None]:
+    w = windows(rows, col)
     return (max(w), w[-1]) if w else (None, None)
+
+
+def judged_column(run: dict) -> str:
+    """The windows a run's best, final and collapse are judged on: return100, or for the
+    ε-greedy architectures the greedy evaluation (their behaviour return mixes in each
+    actor's ε; :func:`score`)."""
+    return "eval_mean_return" if run["arch"] in EPSILON_ARCHS else "mean_return_100"
 
 
 def collapsed(best: float | None, final: float | None, threshold: float) -> bool:
@@ -295,10 +304,12 @@ def run_row(run: dict, checkpoints: Iterable[float], threshold: float) -> list[s
     at = [with_eval(run, value_at(rows, m), value_at(rows, m, "eval_mean_return"))
           for m in checkpoints]
     steps = run.get("env_steps")
-    flag = "collapsed" if collapsed(best, final, threshold) else ""
+    flag = "collapsed" if collapsed(*best_final(rows, judged_column(run)), threshold) else ""
     if run.get("error"):
         flag = ("failed: " + run["error"]).replace("|", "\\|")
-    return [run["setup"], str(run["seed"]), *at, fmt(best), with_eval(run, final, final_eval(run)),
+    best_eval = best_final(rows, "eval_mean_return")[0]
+    return [run["setup"], str(run["seed"]), *at, with_eval(run, best, best_eval),
+            with_eval(run, final, final_eval(run)),
             "" if steps is None else f"{steps:,}", fmt(run.get("policy_lag_mean")),
             fmt(run.get("policy_lag_p90"), 1), flag]
 
@@ -566,7 +577,8 @@ return100: the mean return of the last 100 episodes, read off metrics.csv at eac
 them by it. Agent steps are env steps summed over all envs; on MinAtar one agent step is
 one frame. Policy lag: parameter versions between the policy that acted and the one that
 learned from it (summary.json). Collapse: the final window under {COLLAPSE_RATIO:g} × the
-best, once the best reached {args.collapse_threshold:g}.
+best, once the best reached {args.collapse_threshold:g} (Ape-X and Gorila: greedy evaluation
+windows).
 
 {kept_notes(args.write_docs)}
 

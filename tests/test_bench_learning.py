@@ -83,7 +83,8 @@ def test_grid_tables_results_figures_and_kept_cells(tmp_path, fakes, capsys):
     assert cells[2:5] == ["4.00", "4.00", ""]  # 6 at 3 min, 6 - 3 * 2/3 at 5
     assert cells[5:] == ["6.00", "3.00", "360,000", "1.02", "2.0", "collapsed"]
     apex = next(ln for ln in out.splitlines() if ln.startswith("| apex (2 actors) | 0 |"))
-    assert "4.00 (eval 5.00)" in apex and "6.00 |" in apex and "3.00 (eval 4.00)" in apex
+    assert "4.00 (eval 5.00)" in apex and "6.00 (eval 7.00) |" in apex
+    assert "3.00 (eval 4.00)" in apex and apex.endswith("| collapsed |")  # greedy: 4 < 0.7 × 7
     assert "failed: error: something broke" in out
     # median final, own baseline and × own (blank: no --own-baselines), reference, ×, random
     assert "| impala (2 actors) | 1/1 | 3.00 |  |  | 3.00 | 1.00 | 0.50 |" in out
@@ -137,6 +138,21 @@ def test_value_at_and_collapse():
     assert bl.value_at(rows, 5) is None
     assert bl.collapsed(6.0, 4.1, 4.0) and not bl.collapsed(6.0, 4.3, 4.0)
     assert not bl.collapsed(3.0, 0.0, 4.0)
+
+
+def test_epsilon_greedy_runs_are_judged_on_their_greedy_evaluation():
+    """Ape-X's behaviour return falls as its ε ladder explores while its greedy policy
+    improves: not a collapse. A greedy evaluation that falls is one, whatever return100 does."""
+    rows = [{"time_s": 5.0 * i, "mean_return_100": 6.0 if i < 5 else 3.0,
+             "eval_mean_return": 2.0 * i} for i in range(1, 10)]
+    run = {"arch": "apex", "setup": "apex (2 actors)", "seed": 0, "rows": rows,
+           "env_steps": 1000, "eval_mean_return": 18.0}
+    cells = bl.run_row(run, (), 4.0)
+    assert cells[2:4] == ["6.00 (eval 18.00)", "3.00 (eval 18.00)"] and cells[-1] == ""
+    assert bl.score(run) == 18.0
+    fell = [{**r, "eval_mean_return": 18.0 - 2.0 * i} for i, r in enumerate(rows)]
+    assert bl.run_row({**run, "rows": fell}, (), 4.0)[-1] == "collapsed"
+    assert bl.run_row({**run, "arch": "impala"}, (), 4.0)[-1] == "collapsed"  # 3 < 0.7 × 6
 
 
 def test_every_game_table_counts_random_and_reference(tmp_path, fakes, capsys):
