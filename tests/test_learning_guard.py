@@ -13,10 +13,11 @@ GA3C's trainer runs behind a prediction queue (2.3-2.5 versions in docs/results.
 RL's learner answers with the model it trains, one unroll per update (2.0). Ape-X and
 Gorila act ε-greedily, so their greedy evaluation windows are judged (30 episodes); their
 actors take the newest parameters before every batch of transitions, which leaves Ape-X
-about 10 versions behind its fast learner (p90 14) and Gorila under 1, over 60 s as over
-5 minutes (docs/results.md: 9.7-11.3 and 0.78-1.10 on the five games; its older rows, from
-before evaluations ran in slices, measured more, as an actor held its parameters through
-whole greedy episodes).
+about 9 versions behind its fast learner (p90 13) and Gorila under 1, over 60 s as over
+5 minutes (docs/results.md: 8.6-9.2 and 0.68-0.99 on the five games with the presets'
+replay ratio of 1, 9.7-11.3 and 0.78-1.10 with 4; its older rows, from before evaluations
+ran in slices, measured more, as an actor held its parameters through whole greedy
+episodes).
 
 Mutations that bring stale parameters back make each of these cases fail (both seeds):
 A3C's workers acting with a θ′ refreshed only every 8th segment, lag 8.0 versions (seed 1
