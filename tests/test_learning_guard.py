@@ -14,7 +14,7 @@ RL's learner answers with the model it trains, one unroll per update (2.0). Ape-
 Gorila act ε-greedily, so their greedy evaluation windows are judged (30 episodes); their
 actors take the newest parameters before every batch of transitions, which leaves Ape-X
 about 9 versions behind its fast learner (p90 13) and Gorila under 1, over 60 s as over
-5 minutes (docs/results.md: 8.6-9.2 and 0.68-0.99 on the five games with the presets'
+5 minutes (docs/results.md: 8.5-9.2 and 0.68-0.99 on the five games with the presets'
 replay ratio of 1, 9.7-11.3 and 0.78-1.10 with 4; its older rows, from before evaluations
 ran in slices, measured more, as an actor held its parameters through whole greedy
 episodes).
