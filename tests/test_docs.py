@@ -437,8 +437,13 @@ def check_command(text: str) -> list[str] | None:
         for i, t in enumerate(toks):
             script = re.search(r"(benchmarks/\w+\.py)$", t)
             if script and script.group(1) in p:
-                problems += _check_flags(" ".join(toks[i + 1:]), p[script.group(1)],
+                rest = " ".join(toks[i + 1:])
+                problems += _check_flags(re.sub(r"'[^']*'", "''", rest), p[script.group(1)],
                                          script.group(1))
+                for quoted in re.findall(r"'([^']*)'", rest):  # --variant 'ARCH:NAME=FLAGS'
+                    head, eq, run_flags = quoted.partition("=")
+                    if eq and ":" in head:
+                        problems += _check_flags(run_flags, p["run"], "archzoo run")
                 break
             if t.rsplit("/", 1)[-1] == "archzoo" and (i == 0 or toks[i - 1] == "-m"
                                                        or "/" in t):
@@ -776,6 +781,8 @@ def test_the_checks_catch_stale_docs() -> None:
         "| [learners/vtrace.py](../learners/vtrace.py) | `ImpalaLearner` |",
         "```",
         "archzoo run apex --unroll-length 20",
+        "python benchmarks/bench_learning.py --seeds 0 --variant 'apex:b=--target-update 5 "
+        "--no-such-run-flag'",
         "```",
     ])
     links = link_problems(page, text)
@@ -789,8 +796,10 @@ def test_the_checks_catch_stale_docs() -> None:
                  "no_such_method", "no_such_helper",
                  "--no-such-flag: not a flag of archzoo run impala", "hexagon is not one of",
                  "--unroll-length: not a flag of archzoo run apex",
+                 "--no-such-run-flag: not a flag of archzoo run",
                  "ImpalaLearner is not defined in learners/vtrace.py"):
         assert item in code, code
+    assert "--target-update" not in code, code  # a variant's flags are archzoo run's
     alone = "\n".join(standalone_problems(page, text))
     for item in ("DESIGN.md", "seed 004", "L40–42", "impala.py:12", "MEASURED_PIXELS"):
         assert item in alone, alone
