@@ -13,9 +13,10 @@ GA3C's trainer runs behind a prediction queue (2.3-2.5 versions in docs/results.
 RL's learner answers with the model it trains, one unroll per update (2.0). Ape-X and
 Gorila act ε-greedily, so their greedy evaluation windows are judged (30 episodes); their
 actors take the newest parameters before every batch of transitions, which leaves Ape-X
-about 9 versions behind its fast learner (p90 13) and Gorila under 1, over 60 s as over
-5 minutes (docs/results.md: 8.5-9.2 and 0.68-0.99 on the five games with the presets'
-replay ratio of 1, 9.7-11.3 and 0.78-1.10 with 4; its older rows, from before evaluations
+about 11 versions behind its fast learner (p90 17; a version is 10 updates of 64) and
+Gorila near 1 (docs/results.md: 11.4-12.1 and 1.05-1.44 on the five games with the
+presets' batches of 64; 8.5-9.2 and 0.68-0.99 with batches of 128; 9.7-11.3 and 0.78-1.10
+with a replay ratio of 4; over 60 s here 10.9 and 0.68; its older rows, from before evaluations
 ran in slices, measured more, as an actor held its parameters through whole greedy
 episodes).
 
