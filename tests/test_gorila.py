@@ -62,8 +62,10 @@ def check_reports(d: Path, s: dict, learners: int) -> None:
 def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int,
                        learners: int) -> None:
     d = tmp_path / "run"
-    # loud and longer than the progress line's 10-s window, which names the silent ranks
-    loud = [a for a in SMOKE if a != "--quiet"] + ["--total-steps", "300000"]
+    # loud and longer than the progress line's 10-s window, which names the silent ranks;
+    # bounded by time, not steps, so that a slower machine does not make it longer
+    loud = [a for a in SMOKE if a != "--quiet"] + ["--total-steps", str(10**9),
+                                                   "--time-limit", "20"]
     r = cli("run", "gorila", *extra, "--run-dir", str(d), *loud, timeout=240)
     assert r.returncode == 0, r.stderr
     assert check(d, "gloo", world, shards, learners)["wall_s"] > 11
