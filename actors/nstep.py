@@ -7,6 +7,11 @@ truncated n-step return of Sutton & Barto (§7.1): R_t = Σ_{i<k} γ^i r_{t+i}, 
 Episode ends follow actors/base.py: gymnasium's autoreset step after an end is not a transition
 (``valid=False``) and is skipped; on termination the bootstrap discount is 0; on truncation the
 observation returned with ``truncated=True`` is the final observation, bootstrapped with γ^k.
+
+Optionally the assembler carries two values an ε-greedy actor has already computed, so that
+a transition's initial priority needs no forward pass of its own: ``q_taken``, the behaviour
+network's Q(s_t, a_t) when it acted, rides with s_t; ``next_value``, its max_a Q(s_{t+k}, a)
+for the observation a step returned, is read off at emission, as next_obs is.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class NStepBatch:
     ret: np.ndarray       # float32, Σ_{i<k} γ^i r_{t+i}
     next_obs: np.ndarray
     discount: np.ndarray  # float32: γ^n, γ^k (truncated) or 0 (terminated)
+    q_taken: np.ndarray | None = None     # float32: Q(s_t, a_t) when the actor acted
+    next_value: np.ndarray | None = None  # float32: max_a Q(next_obs, a)
 
     def __len__(self) -> int:
         return len(self.action)
@@ -48,6 +55,7 @@ class NStepAssembler:
         self._obs = np.zeros((num_envs, n, *self.obs_shape), dtype=self.obs_dtype)
         self._act = np.zeros((num_envs, n), dtype=np.int64)
         self._rew = np.zeros((num_envs, n), dtype=np.float64)
+        self._q = np.zeros((num_envs, n), dtype=np.float32)  # q_taken, when given
         self._head = np.zeros(num_envs, dtype=np.int64)   # slot of the oldest pending item
         self._count = np.zeros(num_envs, dtype=np.int64)  # pending items
         self._pows = [self.gamma ** i for i in range(n + 1)]
@@ -63,8 +71,15 @@ class NStepAssembler:
 
     def step(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
              terminated: np.ndarray, truncated: np.ndarray, next_obs: np.ndarray,
-             valid: np.ndarray) -> NStepBatch:
-        """Add one step of every env ([E, ...] arrays); return the transitions it completes."""
+             valid: np.ndarray, q_taken: np.ndarray | None = None,
+             next_value: np.ndarray | None = None) -> NStepBatch:
+        """Add one step of every env ([E, ...] arrays); return the transitions it completes.
+
+        ``q_taken`` [E] and ``next_value`` [E] (both or neither): Q(obs, actions) and
+        max_a Q(next_obs, a) under the acting network; the batch then carries them."""
+        values = q_taken is not None
+        if values != (next_value is not None):
+            raise ValueError("q_taken and next_value go together")
         valid = np.asarray(valid, dtype=bool)
         terminated = np.asarray(terminated, dtype=bool)
         ended = valid & (terminated | np.asarray(truncated, dtype=bool))
@@ -73,9 +88,13 @@ class NStepAssembler:
         self._obs[rows, slot] = obs[rows]
         self._act[rows, slot] = np.asarray(actions)[rows]
         self._rew[rows, slot] = np.asarray(rewards, dtype=np.float64)[rows]
+        if values:
+            self._q[rows, slot] = np.asarray(q_taken, dtype=np.float32)[rows]
+            next_value = np.asarray(next_value, dtype=np.float32)
         self._count[rows] += 1
 
-        parts: list[tuple[np.ndarray, ...]] = []  # (env, obs, action, ret, next_obs, discount)
+        parts: list[tuple[np.ndarray, ...]] = []  # (env, obs, action, ret, next_obs, discount,
+        #                                            q_taken, next_value)
         full = np.flatnonzero(valid & ~ended & (self._count == self.n))
         if len(full):  # emit the oldest item: R = Σ_{i<n} γ^i r_i, discount γ^n
             idx = (self._head[full, None] + np.arange(self.n)) % self.n
@@ -85,7 +104,8 @@ class NStepAssembler:
                 ret = ret + self._pows[i] * rew[:, i]
             h = self._head[full]
             parts.append((full, self._obs[full, h], self._act[full, h], ret,
-                          next_obs[full], np.full(len(full), self._pows[self.n])))
+                          next_obs[full], np.full(len(full), self._pows[self.n]),
+                          self._q[full, h], next_value[full] if values else None))
             self._head[full] = (h + 1) % self.n
             self._count[full] -= 1
         for e in np.flatnonzero(ended):  # emit everything pending, oldest first
@@ -101,17 +121,19 @@ class NStepAssembler:
             else:
                 disc = np.array([self._pows[k - j] for j in range(k)])
             parts.append((np.full(k, e), self._obs[e, idx], self._act[e, idx], ret,
-                          np.repeat(next_obs[e][None], k, axis=0), disc))
+                          np.repeat(next_obs[e][None], k, axis=0), disc, self._q[e, idx],
+                          np.full(k, next_value[e]) if values else None))
             self._head[e] = 0
             self._count[e] = 0
-        return self._concat(parts)
+        return self._concat(parts, values)
 
-    def _concat(self, parts: list[tuple[np.ndarray, ...]]) -> NStepBatch:
+    def _concat(self, parts: list[tuple[np.ndarray, ...]], values: bool) -> NStepBatch:
         if not parts:
             z = np.zeros((0, *self.obs_shape), dtype=self.obs_dtype)
-            return NStepBatch(z, np.zeros(0, np.int64), np.zeros(0, np.float32), z.copy(),
-                              np.zeros(0, np.float32))
-        cols = [np.concatenate([p[i] for p in parts]) for i in range(6)]
+            f = np.zeros(0, np.float32)
+            return NStepBatch(z, np.zeros(0, np.int64), f, z.copy(), f.copy(),
+                              f.copy() if values else None, f.copy() if values else None)
+        cols = [np.concatenate([p[i] for p in parts]) for i in range(8 if values else 6)]
         order = np.argsort(cols[0], kind="stable")  # by env; within an env parts are in order
         return NStepBatch(
             obs=cols[1][order].astype(self.obs_dtype, copy=False),
@@ -119,4 +141,6 @@ class NStepAssembler:
             ret=cols[3][order].astype(np.float32),
             next_obs=cols[4][order].astype(self.obs_dtype, copy=False),
             discount=cols[5][order].astype(np.float32),
+            q_taken=cols[6][order].astype(np.float32) if values else None,
+            next_value=cols[7][order].astype(np.float32) if values else None,
         )

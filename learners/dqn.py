@@ -137,21 +137,6 @@ def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.nd
             update_stats(loss, q_sa, td, norm, weights))
 
 
-@torch.no_grad()
-def initial_priorities(model: nn.Module, obs: np.ndarray | Tensor, action: np.ndarray | Tensor,
-                       ret: np.ndarray | Tensor, next_obs: np.ndarray | Tensor,
-                       discount: np.ndarray | Tensor) -> np.ndarray:
-    """|δ| of new transitions under the actor's local net, used as both online and target
-    network (Ape-X, Horgan et al. 2018, Algorithm 1 line 'compute priorities'); float32 [M]."""
-    device = next(model.parameters()).device
-    b = _as_tensors(dict(obs=obs, action=action, ret=ret, next_obs=next_obs,
-                         discount=discount), device)
-    if b["obs"].shape[0] == 0:
-        return np.zeros(0, np.float32)
-    q_sa, y = _q_and_targets(model, model, b)
-    return (y - q_sa).abs().cpu().numpy().astype(np.float32)
-
-
 @dataclass
 class DQNConfig:
     lr: float = 1e-3

@@ -16,7 +16,6 @@ from archzoo.learners.dqn import (
     QNetwork,
     double_dqn_targets,
     dqn_gradient,
-    initial_priorities,
 )
 
 CPU = torch.device("cpu")
@@ -163,25 +162,6 @@ def test_target_refresh_every_k_updates() -> None:
         assert torch.equal(flat(learner.target), expected_target)
     assert learner.version == 3 * K + 1
     assert all(not p.requires_grad for p in learner.target.parameters())
-
-
-@pytest.mark.parametrize("dueling", [False, True])
-def test_initial_priorities_use_one_net(dueling: bool) -> None:
-    torch.manual_seed(4)
-    model = QNetwork((3,), 3, hidden=8, dueling=dueling)
-    b = random_batch(np.random.default_rng(4))
-    got = initial_priorities(model, b["obs"], b["action"], b["ret"], b["next_obs"],
-                             b["discount"])
-    with torch.no_grad():  # one net: y = R + discount · max_a Q(s', a)
-        q = model(torch.from_numpy(b["obs"]))[np.arange(6), b["action"]]
-        y = torch.from_numpy(b["ret"]) + torch.from_numpy(b["discount"]) * model(
-            torch.from_numpy(b["next_obs"])).max(-1).values
-    assert got.dtype == np.float32
-    np.testing.assert_allclose(got, (y - q).abs().numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got, hand_td(model, model, b).abs().detach().numpy(), rtol=1e-5)
-    empty = initial_priorities(model, b["obs"][:0], b["action"][:0], b["ret"][:0],
-                               b["next_obs"][:0], b["discount"][:0])
-    assert empty.shape == (0,)
 
 
 # A 2-state, 2-action deterministic MDP: NEXT[s][a], REWARD[s][a].

@@ -111,6 +111,33 @@ def test_matches_naive_on_random_streams(E: int, n: int, seed: int) -> None:
     assert sorted(got, key=repr) == sorted(want, key=repr)
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_acting_values_ride_with_their_observations(n: int) -> None:
+    """Q(s_t, a_t) given at step t comes out with the transition that starts at s_t, and
+    max_a Q(s', a) given with the step that returned s' with every transition whose next
+    observation s' is, whatever the episode ends in between."""
+    rng = np.random.default_rng(7)
+    stream = random_stream(rng, 3, T=200, max_len=2 * n + 2)
+    taken = lambda x: np.float32(x.sum() + 100.0)  # noqa: E731 - a value per observation
+    bootstrap = lambda x: np.float32(3.0 * x.sum() - 50.0)  # noqa: E731
+    asm = NStepAssembler(3, n, 0.9, (2,))
+    count = 0
+    for s in stream:
+        b = asm.step(s["obs"], s["actions"], s["rewards"], s["terminated"], s["truncated"],
+                     s["next_obs"], s["valid"], np.array([taken(x) for x in s["obs"]]),
+                     np.array([bootstrap(x) for x in s["next_obs"]]))
+        assert b.q_taken.dtype == np.float32 and b.next_value.dtype == np.float32
+        for i in range(len(b)):
+            assert b.q_taken[i] == taken(b.obs[i]) and b.next_value[i] == bootstrap(b.next_obs[i])
+        count += len(b)
+    assert count > 100
+    assert run_assembler(stream, n, 0.9, (2,))[-1].q_taken is None  # values not given
+    with pytest.raises(ValueError, match="together"):
+        s = stream[0]
+        asm.step(s["obs"], s["actions"], s["rewards"], s["terminated"], s["truncated"],
+                 s["next_obs"], s["valid"], np.zeros(3))
+
+
 def test_hand_example_values_and_order() -> None:
     """E=2, n=2, γ=0.5: env 0 runs r=1,2,4 then terminates; env 1 runs r=1 then truncates."""
     g = 0.5
