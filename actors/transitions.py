@@ -34,14 +34,20 @@ class TransitionActor(EnvActor):
         self.nstep = NStepAssembler(num_envs, n_step, gamma, spec.obs_shape, spec.obs_dtype)
         self.finished: list[float] = []  # episode returns not yet reported
 
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.model(torch.as_tensor(obs)).argmax(-1).numpy()
-
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q(obs, ·) under the acting network, [E, A] float32."""
         with torch.no_grad():
             return self.model(torch.as_tensor(obs)).numpy()
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.q_values(obs).argmax(-1)
+
+    def _acting_q(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`q_values`, its time counted as the actor's inference."""
+        t0 = time.perf_counter()
+        q = self.q_values(obs)
+        self.inference_s += time.perf_counter() - t0
+        return q
 
     def collect(self, msg: Message, min_count: int) -> int:
         """Act until at least ``min_count`` transitions are in ``msg``; returns the count.
@@ -55,9 +61,7 @@ class TransitionActor(EnvActor):
         """
         self.start_clock()
         count = 0
-        t0 = time.perf_counter()
-        q = self.q_values(self.obs)  # the parameters may have changed since the last batch
-        self.inference_s += time.perf_counter() - t0
+        q = self._acting_q(self.obs)  # the parameters may have changed since the last batch
         rows = np.arange(self.E)
         while count < min_count:
             t0 = time.perf_counter()
@@ -68,9 +72,7 @@ class TransitionActor(EnvActor):
             self.inference_s += time.perf_counter() - t0
             obs = self.obs
             s = self.step_envs(actions)
-            t0 = time.perf_counter()
-            q = self.q_values(s.obs)  # the next step acts on it; the bootstraps read it
-            self.inference_s += time.perf_counter() - t0
+            q = self._acting_q(s.obs)  # the next step acts on it; the bootstraps read it
             b = self.nstep.step(obs, actions, s.train_reward, s.train_terminated,
                                 s.raw_truncated, s.obs, s.valid, q_taken, q.max(-1))
             m = len(b)
