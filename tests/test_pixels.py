@@ -358,17 +358,7 @@ def test_pixel_smoke_mpiexec(tmp_path: Path, arch: str) -> None:
         assert _check(d, env, "mpi", world)["launcher"] == "mpiexec"
 
 
-# -- learning, bounded --------------------------------------------------------------------
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch,budget", [("apex", 400_000)])  # IMPALA: test_learning_guard
-def test_minatar_breakout_reaches_3(tmp_path: Path, arch: str, budget: int) -> None:
-    """A random policy averages about 0.4 on MinAtar Breakout; each architecture must reach
-    a mean return of 3 (Ape-X: its greedy evaluation) within the step budget, with either of
-    two seeds."""
-    from runs import solve_either_seed
-
-    s = solve_either_seed(arch, ["--env", MINATAR, "--target-return", "3", "--total-steps",
-                                 str(budget), "--time-limit", "300"], tmp_path)
-    assert s["solved"] and s["env_steps_to_target"] <= budget
+# Learning on pixels, bounded: tests/test_learning_guard.py (every asynchronous architecture,
+# Ape-X included, on MinAtar Breakout with its preset: a stricter bar than the reach of 3 in
+# 400,000 agent steps that Ape-X's case here asked: the guard's 60 s of wall time are fewer
+# agent steps than that: its preset saw 0.6-1.4M in 5 minutes here, docs/results.md).
