@@ -1,5 +1,6 @@
 """The bounded full solves CI runs: IMPALA (embedded, gloo, async) reaches 475 on CartPole-v1,
-and so does async IMPALA broadcasting over a tree of relaying actors under every launcher.
+and so does async IMPALA broadcasting over a tree of relaying actors; under torchrun and
+mpiexec that tree relays in a short run.
 
 Bounded by an env-step budget; the star's passes if either of two seeds solves
 (tests/runs.py).
@@ -15,9 +16,8 @@ import pytest
 from tests.mp import describe, run_mpi
 from tests.runs import RANDOM_RETURN, cli, solve_either_seed, torchrun
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_impala_solves_cartpole(tmp_path: Path) -> None:
     s = solve_either_seed("impala", ["--env", "CartPole-v1", "--target-return", "475",
                                      "--actors", "2", "--backend", "gloo",
@@ -36,27 +36,32 @@ def test_impala_solves_cartpole(tmp_path: Path) -> None:
     assert json.loads(ev.stdout)["mean_return"] >= RANDOM_RETURN + 10
 
 
-TREE = ["--env", "CartPole-v1", "--target-return", "475", "--topology", "tree", "--fanout",
-        "2", "--total-steps", "4000000", "--time-limit", "240", "--quiet"]
+TREE = ["--env", "CartPole-v1", "--topology", "tree", "--fanout", "2", "--quiet"]
+SOLVE = ["--target-return", "475", "--total-steps", "4000000", "--time-limit", "240"]
 
 
-@pytest.mark.parametrize("launcher", ["embedded", "torchrun", "mpiexec"])
-def test_async_tree_impala_solves_cartpole(tmp_path: Path, launcher: str) -> None:
+@pytest.mark.parametrize("launcher", [pytest.param("embedded", marks=pytest.mark.slow),
+                                      "torchrun", "mpiexec"])
+def test_async_tree_impala_relays_under_each_launcher(tmp_path: Path, launcher: str) -> None:
     """Async IMPALA whose 3 actors relay the parameters down a binary tree (rank 2 feeds
-    rank 3) reaches 475, under each launcher."""
+    rank 3), under each launcher; the embedded run learns through the relay to 475. The
+    others stop after 6,000 agent steps: the launcher numbers the ranks, and so decides who
+    relays to whom; they check the relay, not the learning again (35 s less CI)."""
     d = tmp_path / "run"
     if launcher == "embedded":
         r = cli("run", "impala", "--actors", "3", "--seed", "0", "--run-dir", str(d), *TREE,
-                timeout=400)
+                *SOLVE, timeout=400)
         assert r.returncode == 0, r.stderr[-3000:]
     elif launcher == "torchrun":
-        torchrun(4, "run", "impala", "--seed", "0", "--run-dir", str(d), *TREE, timeout=400)
+        torchrun(4, "run", "impala", "--seed", "0", "--run-dir", str(d), *TREE,
+                 "--total-steps", "6000", timeout=400)
     else:
         job = run_mpi(4, ["-m", "archzoo", "run", "impala", "--seed", "0", "--run-dir", str(d),
-                          *TREE], timeout_s=400)
+                          *TREE, "--total-steps", "6000"], timeout_s=400)
         assert job.returncode == 0, describe(job)
     s = json.loads((d / "summary.json").read_text())
-    assert s["stop_reason"] == "target" and s["final_mean_return"] >= 475, \
-        (s["stop_reason"], s["final_mean_return"])
+    if launcher == "embedded":
+        assert s["stop_reason"] == "target" and s["final_mean_return"] >= 475, \
+            (s["stop_reason"], s["final_mean_return"])
     assert s["topology"] == "tree" and s["params_by_rank"]["3"]["parent"] == 2
     assert s["params_by_rank"]["2"]["relayed"] > 0
