@@ -6,6 +6,8 @@ defaults, until the target or the time limit. Prints time and env steps to the t
 run and the medians per side, and their ratio (this / other).
 
     python benchmarks/bench_solve_all.py --compare d7e2054 --seeds 0 1 2
+    python benchmarks/bench_solve_all.py --compare HEAD~1 --archs r2d2 \
+        --flags "--env archzoo/CartPoleNoVel-v1 --actors 0" --time-limit 240
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -26,9 +29,10 @@ from solving import ROOT, other_checkout  # noqa: E402
 ARCHS = ("impala", "seed", "ga3c", "apex", "gorila", "a3c", "gala")
 
 
-def solve(repo: Path, arch: str, seed: int, run_dir: Path, time_limit: float) -> dict:
+def solve(repo: Path, arch: str, seed: int, run_dir: Path, time_limit: float,
+          flags: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(repo))
-    cmd = [sys.executable, "-m", "archzoo", "run", arch, "--seed", str(seed), "--quiet",
+    cmd = [sys.executable, "-m", "archzoo", "run", arch, *flags, "--seed", str(seed), "--quiet",
            "--time-limit", str(time_limit), "--run-dir", str(run_dir)]
     r = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -46,6 +50,7 @@ def main() -> int:
     p.add_argument("--archs", nargs="*", default=list(ARCHS))
     p.add_argument("--seeds", type=int, nargs="*", default=[0, 1])
     p.add_argument("--time-limit", type=float, default=120.0)
+    p.add_argument("--flags", default="", help="more flags for every run, in one string")
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-solve-"))
     sides = {"this": ROOT}
@@ -61,7 +66,8 @@ def main() -> int:
             for seed in a.seeds:
                 cells = []
                 for side, repo in sides.items():
-                    s = solve(repo, arch, seed, tmp / f"{arch}-{seed}-{side[:8]}", a.time_limit)
+                    s = solve(repo, arch, seed, tmp / f"{arch}-{seed}-{side[:8]}", a.time_limit,
+                              shlex.split(a.flags))
                     t = s.get("time_to_target_s")
                     times[side].append(t if t is not None else float("inf"))
                     cells.append(f"{_fmt(t, '.1f')} | {_fmt(s.get('env_steps_to_target'), ',')}")

@@ -93,7 +93,14 @@ class RateLimiter:
     SampleToInsertRatio): sampling waits for ``learning_starts`` items and for inserts to
     catch up; inserting waits (the shard stops taking actor messages, so actors block on
     their sends) while it is more than ``slack`` items ahead. ``samples_per_insert`` 0
-    turns both limits off."""
+    turns both limits off.
+
+    Sampling may run ahead of the ratio by ``slack`` items' worth, but never by more items
+    than were inserted: at the start, with ``learning_starts`` below ``slack``, a sampler
+    that ran the whole slack ahead replayed each first item far more than
+    ``samples_per_insert`` times before the next arrived (R2D2 on CartPoleNoVel, from 200
+    sequences at a ratio of 8: 514 updates of 32 in its first 53 s, on the 8,301 agent
+    steps collected by then; its return fell to 13, below a random policy's 22)."""
 
     def __init__(self, learning_starts: int, samples_per_insert: float,
                  slack: int = 2048, min_sample: int = 1) -> None:
@@ -111,7 +118,8 @@ class RateLimiter:
     def can_sample(self, size: int, count: int) -> bool:
         if size < max(1, self.learning_starts):
             return False
-        return self.spi <= 0 or self._deficit() + self.spi * self.slack >= count
+        ahead = self.spi * min(self.slack, self.inserted)  # how far sampling may lead
+        return self.spi <= 0 or self._deficit() + ahead >= count
 
     def can_insert(self) -> bool:
         return self.spi <= 0 or self.inserted < self.learning_starts \

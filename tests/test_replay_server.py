@@ -119,6 +119,24 @@ def test_can_sample_waits_for_learning_starts():
     assert lim.can_insert() and lim.can_sample(5, 64)
 
 
+def test_sampling_leads_by_no_more_items_than_were_inserted():
+    """With learning_starts below the slack, the first batches may run ahead of the ratio
+    by the items inserted, not by the whole slack: the first items are replayed about
+    samples_per_insert times each before more arrive, not slack / learning_starts times
+    that."""
+    ls, spi, slack, bs = 10, 4.0, 100, 4
+    lim = RateLimiter(learning_starts=ls, samples_per_insert=spi, slack=slack)
+    lim.inserted = ls
+    while lim.can_sample(ls, bs):
+        lim.sampled += bs
+    assert spi * ls - bs < lim.sampled <= spi * ls, lim.sampled  # 40, where slack gave 400
+    lim.inserted = 10 * slack  # a memory larger than the slack: ahead by the slack
+    lim.sampled = spi * (lim.inserted - ls)
+    while lim.can_sample(lim.inserted, bs):
+        lim.sampled += bs
+    assert spi * slack - bs < lim.sampled - spi * (lim.inserted - ls) <= spi * slack
+
+
 def test_local_client_waits_for_learning_starts():
     mem = _memory()
     lim = RateLimiter(learning_starts=12, samples_per_insert=2.0, slack=8)
