@@ -7,7 +7,7 @@ run and the medians per side, and their ratio (this / other).
 
     python benchmarks/bench_solve_all.py --compare d7e2054 --seeds 0 1 2
     python benchmarks/bench_solve_all.py --compare HEAD~1 --archs r2d2 \
-        --flags "--env archzoo/CartPoleNoVel-v1 --actors 0" --time-limit 240
+        --flags '--env archzoo/CartPoleNoVel-v1 --actors 0' --time-limit 240
 """
 
 from __future__ import annotations
