@@ -146,7 +146,7 @@ def solve_either_seed(arch: str, args: list[str], tmp: Path, seeds=(0, 1)) -> di
     for seed in seeds:
         d = tmp / f"seed{seed}"
         r = cli("run", arch, *args, "--seed", str(seed), "--quiet", "--run-dir", str(d),
-                timeout=400)
+                timeout=900)
         assert r.returncode == 0, r.stderr
         s = json.loads((d / "summary.json").read_text())
         s["run_dir"] = str(d)
