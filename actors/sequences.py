@@ -32,9 +32,10 @@ _STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "valid")
 def sequence_fields(spec: EnvSpec, length: int, core_size: int,
                     prev_action_reward: bool = False) -> FieldSpec:
     """One replayed sequence: observations x_0..x_T, the T steps' actions, rewards, episode
-    ends and ``valid`` (False on the autoreset step, actors/base.py), and where the
-    network's unroll starts: the stored state (``core_h0``, ``core_c0``), ``first0`` and,
-    for a core that takes them, the previous action and reward."""
+    ends and ``valid`` (False on the autoreset step, actors/base.py), where the network's
+    unroll starts: the stored state (``core_h0``, ``core_c0``), ``first0`` and, for a core
+    that takes them, the previous action and reward; and ``version``, the parameters'
+    version that acted the sequence's last step (its replay lag is counted from there)."""
     T = length
     out: FieldSpec = {
         "obs": ((T + 1, *spec.obs_shape), np.dtype(spec.obs_dtype)),
@@ -42,7 +43,8 @@ def sequence_fields(spec: EnvSpec, length: int, core_size: int,
         "terminated": ((T,), np.dtype(np.bool_)), "truncated": ((T,), np.dtype(np.bool_)),
         "valid": ((T,), np.dtype(np.bool_)), "first0": ((), np.dtype(np.bool_)),
         "core_h0": ((core_size,), np.dtype(np.float32)),
-        "core_c0": ((core_size,), np.dtype(np.float32))}
+        "core_c0": ((core_size,), np.dtype(np.float32)),
+        "version": ((), np.dtype(np.int64))}
     if prev_action_reward:
         out["prev_action0"] = ((), np.dtype(np.int64))
         out["prev_reward0"] = ((), np.dtype(np.float32))
@@ -113,6 +115,7 @@ class SequenceActor(EnvActor):
         for k in CORE_FIELDS:
             if k in msg:
                 msg[k][sl] = start[k]
+        msg["version"][sl] = self.version
         return E
 
     def collect(self, msg: Message, min_count: int) -> int:

@@ -79,6 +79,7 @@ class TransitionActor(EnvActor):
             for k, v in (("obs", b.obs), ("action", b.action), ("ret", b.ret),
                          ("next_obs", b.next_obs), ("discount", b.discount)):
                 msg[k][count:count + m] = v
+            msg["version"][count:count + m] = self.version
             msg["priority"][count:count + m] = np.abs(b.ret + b.discount * b.next_value
                                                      - b.q_taken)
             count += m

@@ -86,6 +86,7 @@ class RunSummary(TypedDict):
     policy_lag_mean: float | None
     policy_lag: LagSummary
     grad_staleness: LagSummary
+    learner_stats: dict[str, float]
     bytes_sent: int
     bytes_recv: int
     bytes_sent_per_env_step: float

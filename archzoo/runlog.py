@@ -29,10 +29,12 @@ from archzoo.records import Distribution, LagSummary
 # An A2C learner's (learners/a2c.py: A3C, GALA): loss, pg_loss, baseline_loss (the value
 # term), entropy, grad_norm, lr.
 # A double-DQN learner's (learners/dqn.py: Ape-X, Gorila): loss, mean Q(s, a), the batch's
-# mean and max TD error |δ| (the new priorities), the mean importance-sampling weight.
+# mean and max TD error |δ| (the new priorities), the mean importance-sampling weight, and
+# the batch's mean and max replay lag: the learner's version − the version that acted the
+# item (learners/dqn.py replay_lag_stats).
 LEARNER_STATS = ("loss", "pg_loss", "baseline_loss", "entropy", "mean_rho", "rho_clip_frac",
                  "mean_log_ratio_abs", "mean_q", "td_abs_mean", "td_abs_max", "is_weight_mean",
-                 "grad_norm", "lr")
+                 "replay_lag_mean", "replay_lag_max", "grad_norm", "lr")
 
 METRIC_COLUMNS = (
     "time_s", "env_steps", "episodes", "mean_return_100", "eval_mean_return", "fps",
@@ -300,6 +302,7 @@ class Monitor:
         self.steps_to_target: int | None = None
         # update statistics since the last row: name -> [sum, count]
         self._learner_row: dict[str, list[float]] = {}
+        self._learner_run: dict[str, list[float]] = {}  # the same, over the whole run
         self.lag = LagDistribution()  # policy lag: learner version − behaviour version
         self.staleness = LagDistribution()  # a parameter server's gradients' staleness
         self._last_t = time.time()
@@ -357,6 +360,7 @@ class Monitor:
     def add_learner_stats(self, stats: dict[str, float]) -> None:
         """One update's statistics (:data:`LEARNER_STATS`); rows show their means."""
         accumulate_learner_stats(self._learner_row, stats)
+        accumulate_learner_stats(self._learner_run, stats)
 
     def add_learner_sums(self, sums: dict[str, Any]) -> None:
         """Several updates' statistics at once, as ``name -> (sum, count)`` (what a rank
@@ -364,9 +368,15 @@ class Monitor:
         StatsReporter`); rows show the means over all updates."""
         for k, (total, n) in sums.items():
             if k in LEARNER_STATS and n:
-                acc = self._learner_row.setdefault(k, [0.0, 0])
-                acc[0] += float(total)
-                acc[1] += int(n)
+                for table in (self._learner_row, self._learner_run):
+                    acc = table.setdefault(k, [0.0, 0])
+                    acc[0] += float(total)
+                    acc[1] += int(n)
+
+    def learner_means(self) -> dict[str, float]:
+        """summary.json's ``learner_stats``: each update statistic's mean over the run's
+        updates since this process started (a resumed run's since the resume)."""
+        return {k: round(total / n, 5) for k, (total, n) in self._learner_run.items() if n}
 
     def add_lag(self, lag: float, seconds: float | None = None) -> None:
         """One unroll's (or report's) policy lag: learner version − behaviour version, and

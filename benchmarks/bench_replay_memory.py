@@ -63,7 +63,8 @@ def main() -> int:
         obs = nxt
         if len(b):
             batch = {"obs": b.obs, "action": b.action, "ret": b.ret.astype(np.float32),
-                     "next_obs": b.next_obs, "discount": b.discount.astype(np.float32)}
+                     "next_obs": b.next_obs, "discount": b.discount.astype(np.float32),
+                     "version": np.zeros(len(b), np.int64)}
             mem.add(batch, np.ones(len(b)))
             inserted += len(b)
     fill_s = time.perf_counter() - t0

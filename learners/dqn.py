@@ -114,6 +114,19 @@ def update_stats(loss: Tensor, q_sa: Tensor, td: np.ndarray, grad_norm: float,
     return stats
 
 
+def replay_lag_stats(version: int, data: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """A sampled batch's replay lag, in parameter versions: ``version`` (the learner's, as it
+    trains on the batch) − the version that acted each item (its ``version`` field); the
+    batch's mean and max. Items of unknown version (−1: a replay checkpoint written before
+    items carried one) are left out; {} when none is known."""
+    acted = np.asarray(data.get("version", ()), np.int64).reshape(-1)
+    acted = acted[acted >= 0]
+    if not acted.size:
+        return {}
+    lag = int(version) - acted
+    return {"replay_lag_mean": float(lag.mean()), "replay_lag_max": float(lag.max())}
+
+
 def dqn_gradient(online: nn.Module, target: nn.Module, batch: Mapping[str, np.ndarray | Tensor],
                  weights: np.ndarray | Tensor | None = None, huber_delta: float = 1.0,
                  max_grad_norm: float | None = 10.0) -> tuple[np.ndarray, np.ndarray, dict]:

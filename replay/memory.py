@@ -19,6 +19,10 @@ from archzoo.replay.trees import MinTree, SumTree
 
 FieldSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 
+# fields that replay checkpoints written before them lack, and the value that stands for
+# "unknown" in their items (an item's acting version: replay_lag_stats leaves −1 out)
+ADDED_FIELDS: dict[str, int] = {"version": -1}
+
 
 @dataclass
 class SampleBatch:
@@ -138,6 +142,10 @@ class UniformReplay:
             raise ValueError(f"a replay of capacity {state['capacity']}, this one holds "
                              f"{self.capacity} (keep --replay-capacity and the shards)")
         n = int(state["size"])
+        for k in set(self._data) - set(state["data"]):
+            if k not in ADDED_FIELDS:
+                raise ValueError(f"the checkpoint holds no replay field {k!r}")
+            self._data[k][:n] = ADDED_FIELDS[k]
         for k, v in state["data"].items():
             if k not in self._data or tuple(v.shape[1:]) != self._data[k].shape[1:]:
                 raise ValueError(f"replay field {k!r} of shape {tuple(v.shape[1:])} does not "

@@ -20,16 +20,17 @@ import numpy as np
 from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
 from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay, importance_weights
 
-TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount")
+TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount", "version")
 
 
 def memory_fields(obs_shape: tuple[int, ...], obs_dtype: Any = np.float32) -> FieldSpec:
     """An n-step transition's fields; observations are stored in their own dtype (uint8
-    frames stay uint8)."""
+    frames stay uint8). ``version`` is the parameters' version the actor acted with: the
+    learner's version when it samples the item, minus it, is the item's replay lag."""
     od = np.dtype(obs_dtype)
     return {"obs": (obs_shape, od), "action": ((), np.dtype(np.int64)),
             "ret": ((), np.dtype(np.float32)), "next_obs": (obs_shape, od),
-            "discount": ((), np.dtype(np.float32))}
+            "discount": ((), np.dtype(np.float32)), "version": ((), np.dtype(np.int64))}
 
 
 def item_fields(items: tuple[int, ...] | FieldSpec, obs_dtype: Any = np.float32) -> FieldSpec:

@@ -81,7 +81,7 @@ def fields_for(ids: np.ndarray) -> dict[str, np.ndarray]:
     obs = np.repeat(ids.astype(np.float32)[:, None], OBS_SHAPE[0], axis=1)
     return {"obs": obs, "action": (k % 4).astype(np.int64), "ret": ids.astype(np.float32),
             "next_obs": obs + np.float32(0.5),
-            "discount": (0.25 * (1 + k % 3)).astype(np.float32)}
+            "discount": (0.25 * (1 + k % 3)).astype(np.float32), "version": k % 7}
 
 
 def p_alpha_of(priorities: np.ndarray) -> np.ndarray:

@@ -129,6 +129,22 @@ def check_lag_columns(d: Path, prefix: str, seconds: bool = True) -> list[float]
     return [float(r[prefix]) for r in rows]
 
 
+def check_replay_lag(d: Path, s: dict) -> list[float]:
+    """metrics.csv's replay lag of the learner's batches (learners/dqn.py replay_lag_stats:
+    its version − the version that acted each item) is filled and sane: per row
+    0 <= mean <= max <= the updates so far (no version is newer than the learner's), and
+    summary.json's run mean within the rows'; returns the rows' means."""
+    rows = [r for r in csv.DictReader(open(d / "metrics.csv"))
+            if r["learner/replay_lag_mean"] not in ("", None)]
+    assert rows, f"learner/replay_lag_mean never filled in {d / 'metrics.csv'}"
+    for r in rows:
+        mean, top = float(r["learner/replay_lag_mean"]), float(r["learner/replay_lag_max"])
+        assert 0 <= mean <= top <= int(r["learner_updates"]), r
+    means = [float(r["learner/replay_lag_mean"]) for r in rows]
+    assert min(means) <= s["learner_stats"]["replay_lag_mean"] <= max(means), s["learner_stats"]
+    return means
+
+
 def best_return(d: Path) -> float:
     """The best mean return over the last 100 episodes that metrics.csv logged once 100
     episodes had ended. Smoke runs assert learning on it, not on the final window: an

@@ -15,6 +15,7 @@ from tests.mp import describe, run_gloo, run_mpi
 from tests.runs import (
     RANDOM_RETURN,
     check_lag_columns,
+    check_replay_lag,
     cli,
     filled,
     load_run,
@@ -60,6 +61,7 @@ def check(d: Path, *, backend: str, world_size: int, shards: int) -> dict:
     assert all(0 < w <= 1 for w in filled(d, "learner/is_weight_mean"))  # w / max w
     assert filled(d, "learner/mean_q") and all(g >= 0 for g in filled(d, "learner/grad_norm"))
     assert not filled(d, "grad_staleness")  # no parameter server
+    check_replay_lag(d, s)  # how old, in versions, the data it trains on is
     return s
 
 

@@ -16,6 +16,7 @@ from archzoo.learners.dqn import (
     QNetwork,
     double_dqn_targets,
     dqn_gradient,
+    replay_lag_stats,
 )
 
 CPU = torch.device("cpu")
@@ -211,3 +212,18 @@ def test_learns_two_state_mdp_with_nstep_targets() -> None:
         q = learner.model(torch.from_numpy(eye)).numpy()
     want = nstep_fixed_point(n, gamma)  # ≈ [[5.89, 4.49], [4.49, 6.89]]
     np.testing.assert_allclose(q, want, atol=0.01 * np.abs(want).max())
+
+
+def test_replay_lag_is_the_learner_version_minus_each_items_acting_version() -> None:
+    """learners/dqn.py replay_lag_stats against a loop: mean and max of version − acted over
+    the items whose version is known (−1, from a replay checkpoint older than the field,
+    is left out)."""
+    rng = np.random.default_rng(4)
+    acted = rng.integers(-1, 50, size=200)
+    acted[:3] = -1
+    lags = [60 - int(v) for v in acted if v >= 0]
+    got = replay_lag_stats(60, {"version": acted, "obs": np.zeros((200, 2))})
+    assert got == {"replay_lag_mean": pytest.approx(sum(lags) / len(lags)),
+                   "replay_lag_max": float(max(lags))}
+    assert replay_lag_stats(5, {"version": np.full(4, -1)}) == {}
+    assert replay_lag_stats(5, {"obs": np.zeros((4, 2))}) == {}  # no version field

@@ -40,7 +40,8 @@ def batches(items, size):
         yield {"obs": np.stack([c[2] for c in chunk]),
                "next_obs": np.stack([c[3] for c in chunk]),
                "action": np.arange(i, i + len(chunk)), "ret": np.zeros(len(chunk), np.float32),
-               "discount": np.ones(len(chunk), np.float32)}
+               "discount": np.ones(len(chunk), np.float32),
+               "version": np.full(len(chunk), i // size)}
 
 
 @pytest.mark.parametrize("cls", [UniformReplay, PrioritizedReplay])
@@ -143,7 +144,8 @@ def test_each_distinct_frame_is_stored_once_and_freed_with_its_last_transition()
     # overwrite everything with one repeated transition: every old frame is freed
     z = np.zeros((1000, *SHAPE), np.uint8)
     mem.add({"obs": z, "next_obs": z, "action": np.zeros(1000, np.int64),
-             "ret": np.zeros(1000, np.float32), "discount": np.zeros(1000, np.float32)})
+             "ret": np.zeros(1000, np.float32), "discount": np.zeros(1000, np.float32),
+             "version": np.zeros(1000, np.int64)})
     assert len(pool) == 1 and pool.refs.sum() == 1000 * 8
 
 
@@ -210,6 +212,26 @@ def test_a_memory_restored_from_its_state_goes_on_as_the_original(tmp_path, cls,
         np.testing.assert_array_equal(orig._gather(idx).data[k], back._gather(idx).data[k])  # noqa: SLF001
     with pytest.raises(ValueError, match="capacity"):
         cls(50, fields, seed=1, frames=frames).load_state_dict(orig.state_dict())
+
+
+def test_a_replay_checkpoint_from_before_the_version_field_loads_as_unknown() -> None:
+    """A replay checkpoint written before items carried the version that acted them loads
+    with version −1 (unknown: replay_lag_stats leaves it out); one that lacks any other
+    field of the memory is refused by name."""
+    fields = memory_fields(SHAPE, np.uint8)
+    orig = UniformReplay(100, fields, seed=1)
+    for b in batches(stream(envs=2, steps=40, n=3, seed=0), 23):
+        orig.add(b)
+    old = orig.state_dict()
+    del old["data"]["version"]
+    back = UniformReplay(100, fields, seed=1)
+    back.load_state_dict(old)
+    got = back._gather(np.arange(len(back))).data  # noqa: SLF001
+    assert (got["version"] == -1).all()
+    np.testing.assert_array_equal(got["ret"], orig._gather(np.arange(len(orig))).data["ret"])  # noqa: SLF001
+    del old["data"]["ret"]
+    with pytest.raises(ValueError, match="'ret'"):
+        UniformReplay(100, fields, seed=1).load_state_dict(old)
 
 
 def test_r2d2_sequences_keep_their_frames_once_across_overlaps_and_wraparound() -> None:

@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from tests.mp import describe, run_mpi
-from tests.runs import check_lag_columns, cli, filled, load_run, solve_either_seed
+from tests.runs import (
+    check_lag_columns,
+    check_replay_lag,
+    cli,
+    filled,
+    load_run,
+    solve_either_seed,
+)
 
 SMALL = ["--total-steps", "6000", "--log-interval", "0.5", "--quiet", "--seed", "1",
          "--comm-timeout", "30", "--sequence-length", "12", "--burn-in", "4",
@@ -31,6 +38,7 @@ def check(d: Path, backend: str, world_size: int) -> dict:
     mean, top = filled(d, "learner/td_abs_mean"), filled(d, "learner/td_abs_max")
     assert mean and all(t >= m >= 0 for m, t in zip(mean, top, strict=True))
     assert all(0 < w <= 1 for w in filled(d, "learner/is_weight_mean"))
+    check_replay_lag(d, s)  # from the version that acted each sequence's last step
     if world_size > 1:
         st = s["replay"]["1"]  # one shard: every sampled sequence's priority comes back
         batch = cfg["batch_size"]

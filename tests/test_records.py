@@ -19,6 +19,7 @@ GOOD = {
     "eval_mean_return": None, "episodes": 900, "env_steps": 130000, "learner_updates": 200,
     "fps": 14000.5, "policy_lag_mean": 1.01, "policy_lag": LAG, "grad_staleness": {
         "versions": {}, "seconds": {}},
+    "learner_stats": {"loss": 0.5, "grad_norm": 1.25},
     "bytes_sent": 10, "bytes_recv": 20, "bytes_sent_per_env_step": 0.5,
     "time_breakdown_s": {"learner": {"update": 3.5}, "actor1": {"env": 2, "wait": 0.1}},
     "hosts_by_rank": {"0": "a"},

@@ -184,3 +184,17 @@ def test_epsilon_ladder_by_hand() -> None:
     assert [epsilon(i, 5, base=0.5, alpha=2.0) for i in range(5)] == pytest.approx(
         [0.5, 0.5 ** 1.5, 0.25, 0.5 ** 2.5, 0.125], rel=1e-12)
     assert epsilon(0, 1) == 0.4 and epsilon(0, 1, base=0.2) == 0.2  # a single actor
+
+
+def test_every_transition_carries_the_version_that_acted() -> None:
+    """The ``version`` field (the learner's replay lag counts from it) is the actor's
+    parameters' version while it collected the batch, for every item of every batch."""
+    actor, _ = make_actor(qnet(), 0.5, E=3)
+    msg = transitions_schema((3,), 40 + 3 * 3).new()
+    try:
+        for version in (0, 7, 7, 12):
+            actor.version = version
+            count = actor.collect(msg, 40)
+            assert (msg["version"][:count] == version).all(), msg["version"][:count]
+    finally:
+        actor.close()

@@ -13,7 +13,9 @@ K = 0 the replay lives in the learner); the remaining ranks are actors.
   step on n-step targets weighted by importance weights, and sends the new priorities
   back; it broadcasts parameters over the star. "Solved" uses the greedy evaluation.
 - Reported (metrics.csv): the learner's update statistics
-  (:func:`archzoo.learners.dqn.update_stats`) and the actors' policy lag: the learner's
+  (:func:`archzoo.learners.dqn.update_stats`), the replay lag of the batches it trains on
+  (the learner's version − the version that acted each item,
+  :func:`archzoo.learners.dqn.replay_lag_stats`) and the actors' policy lag: the learner's
   version when an actor reports − the version it acts with, and how long ago the learner
   published that version.
 """
@@ -29,6 +31,7 @@ from archzoo.harness import RankContext
 from archzoo.harness.replay_role import LearnerReplay, replay_summary, serve_replay
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.harness.transition_role import TransitionLeaf
+from archzoo.learners.dqn import replay_lag_stats
 from archzoo.nets import get_flat, num_params
 from archzoo.runlog import Timers, VersionClock
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
@@ -109,8 +112,9 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list
         while not run.stopped:
             batch = replay.client.receive(on_poll=service)
             replay.client.request(on_poll=service)  # prefetch the next batch while this trains
+            lag = replay_lag_stats(learner.version, batch.data)  # the version it trains
             td, stats = learner.update(batch.data, batch.weights)
-            run.mon.add_learner_stats(stats)
+            run.mon.add_learner_stats({**stats, **lag})
             replay.client.update_priorities(batch, td)
             run.mon.updates = learner.version
             if learner.version % cfg.publish_every == 0:

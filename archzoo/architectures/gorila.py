@@ -18,7 +18,8 @@ uniform unless ``--prioritized``), then ``--learners L`` learners, then the acto
   computed it on, in versions and seconds); ``policy_lag`` is the actors' (shard 0's
   version when an actor reports − the version it acts with, and that version's age); the
   learners add their updates' statistics (:func:`archzoo.learners.dqn.update_stats`, as Ape-X's
-  learner) to reports of their own.
+  learner) and the replay lag of their batches (shard 0's version as the learner computes
+  the gradient − the version that acted each item) to reports of their own.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from archzoo.harness.ps_roles import param_shard, run_shards
 from archzoo.harness.replay_role import serve_replay
 from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.harness.transition_role import TransitionLeaf
-from archzoo.learners.dqn import dqn_gradient
+from archzoo.learners.dqn import dqn_gradient, replay_lag_stats
 from archzoo.nets import num_params, set_flat
 from archzoo.paramserver import PSClient, make_optimizer, ps_schemas
 from archzoo.replay.server import ShardedReplayClient
@@ -134,7 +135,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
     online = builders.learner_q_network(cfg, spec)  # --learner-threads
     with harness.leaf(ctx, _digests(cfg, spec, online)) as link:
         ps = PSClient(t, shards, num_params(online), PS_TAGS)
-        _pull(ps, online)
+        version = int(_pull(ps, online)[0])  # shard 0's, as the actors' versions are
         target = copy.deepcopy(online).requires_grad_(False)
         samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
                                       cfg.prioritized, harness.SAMPLE_TAGS,
@@ -152,10 +153,12 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
             grad, td, stats = dqn_gradient(online, target, batch.data, batch.weights,
                                            max_grad_norm=cfg.max_grad_norm)
             grad_s += time.perf_counter() - t0
-            link.reporter.add_learner(stats)  # its updates' statistics; shard 0 adds the lr
+            # its updates' statistics and replay lag; shard 0 adds the lr
+            link.reporter.add_learner({**stats, **replay_lag_stats(version, batch.data)})
             link.reporter.maybe_report(0, None, None)
             samples.update_priorities(batch, td)
-            params, _ = ps.exchange(grad)
+            params, versions = ps.exchange(grad)
+            version = int(versions[0])
             set_flat(online, params)
             steps += 1
             if steps % cfg.target_update == 0:  # the target follows the server

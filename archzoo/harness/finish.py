@@ -212,6 +212,7 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
         "fps": mon.env_steps / elapsed if elapsed > 0 else 0.0,
         "policy_lag_mean": mon.lag_mean, "policy_lag": mon.lag_summary(),
         "grad_staleness": mon.staleness_summary(),
+        "learner_stats": mon.learner_means(),
         "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
         "bytes_sent_per_env_step": sum(  # every rank's sends, per env step of the run
             b.get("bytes_sent", 0) for b in extra.get("per_rank_bytes", {"0": totals}).values()

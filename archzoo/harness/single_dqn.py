@@ -16,6 +16,7 @@ from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed, finish_single, open_run
 from archzoo.harness.protocol import RankContext
+from archzoo.learners.dqn import replay_lag_stats
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.replay.keeper import ReplayKeeper
 from archzoo.replay.server import LocalReplayClient, RateLimiter, insert
@@ -51,14 +52,16 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     stop = None
     while stop is None:
         steps0 = actor.tracker.env_steps
+        actor.version = learner.version  # it acts with the learner's parameters
         actor.collect(msg, cfg.actor_batch)
         limiter.inserted += insert(memory, msg)
         mon.add_steps(actor.tracker.env_steps - steps0, actor.first_step_time)
         mon.add_episodes(actor.take_finished())
         while limiter.can_sample(len(memory), cfg.batch_size):
             batch = client.receive()
+            lag = replay_lag_stats(learner.version, batch.data)
             td, stats = learner.update(batch.data, batch.weights)
-            mon.add_learner_stats(stats)
+            mon.add_learner_stats({**stats, **lag})
             client.update_priorities(batch, td)
         follow()
         mon.add_eval(evaluator.maybe_advance(  # as many evaluation steps as it just acted
