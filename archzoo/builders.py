@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from archzoo import envs
+from archzoo import eager, envs
 from archzoo.actors.sequences import SequenceActor, sequence_fields
 from archzoo.actors.transitions import TransitionActor
 from archzoo.actors.unroll import unroll_schema
@@ -100,8 +100,9 @@ def agent_optimizer(cfg: A2CRunConfig, model: torch.nn.Module) -> torch.optim.Op
     """A GALA agent's own update rule: RMSProp as in A3C (alpha 0.99, ``--rms-eps``), or
     Adam (Kingma & Ba 2015) with ``--optimizer adam``."""
     if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(model.parameters(), lr=cfg.lr, alpha=0.99, eps=cfg.rms_eps)
-    return torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        return eager.optimizer(torch.optim.RMSprop, model.parameters(), lr=cfg.lr,
+                               alpha=0.99, eps=cfg.rms_eps)
+    return eager.optimizer(torch.optim.Adam, model.parameters(), lr=cfg.lr)
 
 
 def ps_optimizer(cfg: A2CRunConfig) -> Any:

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from archzoo import eager
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict, dueling, make_torso
 
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
@@ -170,13 +171,13 @@ class DQNLearner:
         self.device = device
         params = self.model.parameters()
         if cfg.optimizer == "adam":
-            self.opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=cfg.lr,
-                                                               eps=cfg.adam_eps)
+            self.opt = eager.optimizer(torch.optim.Adam, params, lr=cfg.lr,
+                                       eps=cfg.adam_eps)
         elif cfg.optimizer == "rmsprop":  # Horgan et al. 2018, App. C: centred RMSProp
-            self.opt = torch.optim.RMSprop(params, lr=cfg.lr, alpha=0.95, eps=1.5e-7,
-                                           centered=True)
+            self.opt = eager.optimizer(torch.optim.RMSprop, params, lr=cfg.lr, alpha=0.95,
+                                       eps=1.5e-7, centered=True)
         elif cfg.optimizer == "sgd":
-            self.opt = torch.optim.SGD(params, lr=cfg.lr)
+            self.opt = eager.optimizer(torch.optim.SGD, params, lr=cfg.lr)
         else:
             raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
         self.version = 0  # number of updates applied: the parameters' version
@@ -221,7 +222,7 @@ class DQNLearner:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-        self.opt.step()
+        eager.step(self.opt)
         self.version += 1
         if self.version % self.cfg.target_update_period == 0:
             self.target.load_state_dict(self.model.state_dict())

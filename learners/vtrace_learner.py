@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from archzoo import eager
 from archzoo.actors.unroll import CORE_FIELDS, core_inputs
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, loss_targets, step_loss
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
@@ -59,9 +60,11 @@ class VTraceLearner:
         self.rng = torch.Generator().manual_seed(0)  # minibatch shuffles (sample reuse only)
         self.steps_trained = 0  # valid env steps in the batches so far
         if optimizer == "adam":
-            self.opt = torch.optim.Adam(self.model.parameters(), lr=lr, eps=1e-5)
+            self.opt = eager.optimizer(torch.optim.Adam, self.model.parameters(), lr=lr,
+                                       eps=1e-5)
         elif optimizer == "rmsprop":  # IMPALA's choice (Espeholt et al. 2018, Table G.1)
-            self.opt = torch.optim.RMSprop(self.model.parameters(), lr=lr, alpha=0.99, eps=0.01)
+            self.opt = eager.optimizer(torch.optim.RMSprop, self.model.parameters(), lr=lr,
+                                       alpha=0.99, eps=0.01)
         else:
             raise ValueError(f"unknown optimizer {optimizer!r}")
         # RMSProp's eps 0.01 assumes the paper's loss scale: summed over the batch's steps
@@ -200,7 +203,7 @@ class VTraceLearner:
                                                             self.max_grad_norm))
         stats["lr"] = self.opt.param_groups[0]["lr"]
         with self.step_lock:
-            self.opt.step()
+            eager.step(self.opt)
             self.version += last
         return stats
 

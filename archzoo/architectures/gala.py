@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from archzoo import builders, harness
+from archzoo import builders, eager, harness
 from archzoo.actors.segment import SegmentActor
 from archzoo.config import GalaConfig
 from archzoo.envs import EnvSpec
@@ -64,7 +64,7 @@ class Agent:
         with self.timers("update"):
             grad, stats = a2c_gradient(self.model, seg, self.a2c)
             set_flat_grad(self.model, grad)
-            self.opt.step()
+            eager.step(self.opt)
         self.stats = {**stats, "lr": self.opt.param_groups[0]["lr"]}
         self.updates += 1
         self.steps_last = seg.num_steps
