@@ -43,7 +43,12 @@ RDZV_TIMEOUT = "ARCHZOO_RDZV_TIMEOUT"
 """launch/torchrun.sh across nodes: the seconds every node waits for the rendezvous
 (default 300) before it gives up with one line saying what to check."""
 
-ALL = (EMBEDDED, LAUNCH_TIME, STARTED_FILE, DONE_FILE, DEATHS_FILE, MPI_SURVIVE, RDZV_TIMEOUT)
+FORK = "ARCHZOO_FORK"
+"""``0``: archzoo.spawn starts every gloo rank as a fresh interpreter rather than as a fork of
+a process that imported torch once (archzoo.forkstart, :func:`fork_ranks`)."""
+
+ALL = (EMBEDDED, LAUNCH_TIME, STARTED_FILE, DONE_FILE, DEATHS_FILE, MPI_SURVIVE, RDZV_TIMEOUT,
+       FORK)
 
 
 def launch_time() -> float:
@@ -70,3 +75,8 @@ def mark_done() -> None:
     path = os.environ.get(DONE_FILE)
     if path:
         open(path, "w").close()
+
+
+def fork_ranks() -> bool:
+    """Whether gloo ranks start as forks (unless ``ARCHZOO_FORK=0``)."""
+    return os.environ.get(FORK, "1") != "0"

@@ -7,7 +7,8 @@ How the ranks start, by ``backend``:
 
 - ``gloo``: ``n`` processes, each with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
   ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT`` (what torchrun
-  would set).
+  would set). Where ``argv`` is ``-m MODULE ...`` or ``SCRIPT.py ...`` they are forks of a
+  server that imported torch once (:mod:`archzoo.forkstart`), unless ``ARCHZOO_FORK=0``.
 - ``mpi``: one ``mpiexec -n n`` (the venv's, from the mpich wheel), leading a session of its
   own so that it is killed as a group. With ``survive`` the job outlives a dead rank:
   ``-disable-auto-cleanup``, and every rank runs under a shell (:data:`RANK_SHELL`) that
@@ -59,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from archzoo import envvars
+from archzoo import envvars, forkstart
 
 __all__ = ["BACKENDS", "Group", "RankResult", "clean_env", "descendants", "find_mpiexec",
            "free_port", "run_ranks"]
@@ -204,8 +205,11 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
                 extra = {} if backend == "none" else dict(
                     RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                     MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-                job.start([sys.executable, *argv], dict(base, **extra), cwd,
-                          tmp / f"rank.{r}")
+                if backend == "gloo" and envvars.fork_ranks() and forkstart.forkable(argv):
+                    job.fork(argv, dict(base, **extra), cwd, tmp / f"rank.{r}")
+                else:
+                    job.start([sys.executable, *argv], dict(base, **extra), cwd,
+                              tmp / f"rank.{r}")
         signum = job.supervise(timeout_s, on_death or (lambda rank, code: grace_s), stop,
                                [sys.executable, *argv[:2]])
         return job.result(signum)
@@ -217,7 +221,7 @@ class _Job:
     def __init__(self, n: int, backend: str, capture: bool, tmp: Path) -> None:
         self.n, self.backend, self.capture, self.tmp = n, backend, capture, tmp
         self.kind = "ranks"  # a process per rank; "mpiexec": one for all; "hosts": launchers
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[Any] = []  # subprocess.Popen or forkstart.ForkedRank
         self.files: list[IO[bytes]] = []
         self.t0 = time.monotonic()
         self.ended: dict[int, float] = {}  # process index -> seconds from t0 to its end
@@ -238,6 +242,11 @@ class _Job:
         elif cmd[0] != sys.executable:
             kw = dict(start_new_session=True)  # a launcher (mpiexec, torchrun): a group
         self.procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, **kw))
+
+    def fork(self, argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path) -> None:
+        """A rank forked from archzoo.forkstart's server rather than started afresh."""
+        self.procs.append(forkstart.start(argv, env, cwd, out if self.capture else None,
+                                          session=self.capture))
 
     def start_mpiexec(self, argv: Sequence[str], env: dict[str, str], cwd: Any, survive: bool,
                       mpiexec_args: Sequence[str]) -> None:

@@ -213,18 +213,20 @@ def solve_counts(total_msgs: int, total_bytes: int, known: dict[int, int],
 
 def rank_pid(run_dir: Path, rank: int, deadline_s: float = 60) -> int:
     """The pid of rank ``rank`` of the embedded run writing ``run_dir`` (found by its
-    command line, which names the run directory, and its environment's RANK, or PMI_RANK
-    under mpiexec)."""
+    command line, which names the run directory; and by its rank: a forked rank's title
+    ends ``[rank R of N]`` (archzoo.forkstart), an MPI rank's environment holds PMI_RANK)."""
     end = time.time() + deadline_s
     while time.time() < end:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            is_rank = f"RANK={rank}".encode() in env or f"PMI_RANK={rank}".encode() in env
-            if str(run_dir).encode() in cmd and is_rank and cmd[0] != b"sh":  # not its shell
+            is_rank = (f" [rank {rank} of ".encode() in cmd or f"RANK={rank}".encode() in env
+                       or f"PMI_RANK={rank}".encode() in env)
+            names_it = f" {run_dir}".encode() in cmd.replace(b"\0", b" ")
+            if names_it and is_rank and not cmd.startswith(b"sh\0"):  # not its shell
                 return int(pid)
         time.sleep(0.2)
     raise AssertionError(f"no rank {rank} of {run_dir} within {deadline_s}s")
