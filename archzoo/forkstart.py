@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import runpy
 import shlex
+import signal
 import subprocess
 import sys
 import types
@@ -44,6 +45,7 @@ PRELOAD = ["torch", "torch.distributed", "numpy", "gymnasium", "archzoo.cli",
            "archzoo.worker"]
 """What the server imports before it forks a rank (what every rank would import)."""
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CTX = multiprocessing.get_context("forkserver")
 
 
@@ -115,7 +117,7 @@ class ForkedRank:
                 pass
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
@@ -129,6 +131,10 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
                                          None if cwd is None else str(cwd),
                                          None if out is None else str(out), session),
                      name="archzoo-rank")
+    # the server reads the thread counts once, as it loads torch's and numpy's libraries,
+    # so it takes the ranks' (the first ranks' it starts for: archzoo's are all 1)
+    before = {k: os.environ.get(k) for k in THREAD_VARS}
+    os.environ.update({k: env[k] for k in THREAD_VARS if k in env})
     main = sys.modules["__main__"]
     # multiprocessing would import the caller's __main__ into the rank (a user's script that
     # calls archzoo.api would run again there); a name ending in ".__main__" it skips
@@ -139,4 +145,9 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
         p.start()
     finally:
         sys.modules["__main__"] = main
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return ForkedRank(p)

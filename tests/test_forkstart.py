@@ -65,8 +65,11 @@ def test_a_rank_is_what_python_script_would_be(tmp_path: Path, fork: str) -> Non
 
 def test_the_callers_main_does_not_run_again_in_the_ranks(tmp_path: Path) -> None:
     """A user's script that starts ranks without an ``if __name__ == "__main__"`` guard
-    (as with archzoo.api): multiprocessing would import it into every forked rank."""
-    (tmp_path / "rank.py").write_text("print('rank', flush=True)\n")
+    (as with archzoo.api): multiprocessing would import it into every forked rank. The
+    script runs without OMP_NUM_THREADS; its ranks get OMP_NUM_THREADS=1 (clean_env), and
+    torch in them keeps to 1 thread (the server loaded torch with the ranks' setting)."""
+    (tmp_path / "rank.py").write_text(
+        "import torch\nprint('rank', torch.get_num_threads(), flush=True)\n")
     (tmp_path / "user.py").write_text(
         "import sys\n"
         "from archzoo.spawn import run_ranks\n"
@@ -75,9 +78,10 @@ def test_the_callers_main_does_not_run_again_in_the_ranks(tmp_path: Path) -> Non
         "                 timeout_s=120)\n"
         "print([r.output for r in job.ranks], job.returncode)\n")
     out = subprocess.run([sys.executable, "user.py"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=180, env=clean_env())
+                         text=True, timeout=180,
+                         env={k: v for k, v in clean_env().items() if k != "OMP_NUM_THREADS"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['rank\\n', 'rank\\n'] 0", out.stdout
+    assert out.stdout.strip() == "['rank 1\\n', 'rank 1\\n'] 0", out.stdout
     assert (tmp_path / "ran").read_text() == "user\n"
 
 
