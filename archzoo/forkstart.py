@@ -46,12 +46,15 @@ PRELOAD = ["torch", "torch.distributed", "numpy", "gymnasium", "archzoo.cli",
 """What the server imports before it forks a rank (what every rank would import)."""
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-_CTX = multiprocessing.get_context("forkserver")
+_CTX = (multiprocessing.get_context("forkserver")
+        if "forkserver" in multiprocessing.get_all_start_methods() else None)  # not Windows
 
 
 def forkable(argv: Sequence[str]) -> bool:
-    """``argv`` (what follows the interpreter) is ``-m MODULE ...`` or ``SCRIPT.py ...``."""
-    return (len(argv) >= 2 and argv[0] == "-m") or (bool(argv) and argv[0].endswith(".py"))
+    """``argv`` (what follows the interpreter) is ``-m MODULE ...`` or ``SCRIPT.py ...``, and
+    this platform has a fork server."""
+    return _CTX is not None and (
+        (len(argv) >= 2 and argv[0] == "-m") or (bool(argv) and argv[0].endswith(".py")))
 
 
 def title(argv: Sequence[str], env: dict[str, str]) -> str:
@@ -126,6 +129,7 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
     its stdout and stderr go to; ``session``: it leads a session of its own."""
     if not forkable(argv):
         raise ValueError(f"cannot fork {list(argv)}: -m MODULE or SCRIPT.py")
+    assert _CTX is not None
     _CTX.set_forkserver_preload(PRELOAD)
     p = _CTX.Process(target=_rank, args=(list(argv), dict(env),
                                          None if cwd is None else str(cwd),
