@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from archzoo import envvars
+
 WAYS = {"fork": "1", "fresh": "0"}
 
 
@@ -32,7 +34,7 @@ def one_run(way: str, actors: int, env_id: str) -> tuple[float, float]:
                "--actors", str(actors), "--total-steps", "3000", "--target-return", "1e9",
                "--quiet", "--run-dir", str(run_dir)]
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, env=dict(os.environ, ARCHZOO_FORK=WAYS[way]))
+        subprocess.run(cmd, check=True, env={**os.environ, envvars.FORK: WAYS[way]})
         wall = time.perf_counter() - t0
         summary = json.loads((run_dir / "summary.json").read_text())
         return wall, float(summary["startup_s"])
