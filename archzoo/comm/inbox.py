@@ -13,8 +13,20 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from archzoo.comm.base import Backoff, Request, Transport
-from archzoo.comm.errors import PeerTimeout
+from archzoo.comm.errors import PeerFailure, PeerTimeout
 from archzoo.messages import Message, Schema
+
+
+class Unposted(Request):
+    """A receive that could not be reposted because its peer is gone: the failure is kept
+    for whoever waits on it (:meth:`test` raises it), not raised by the release of a message
+    that was delivered (a peer may leave right after its last message)."""
+
+    def __init__(self, failure: PeerFailure, what: str) -> None:
+        self.failure, self.peer, self.what = failure, failure.peer, what
+
+    def test(self) -> bool:
+        raise self.failure
 
 
 class Inbox:
@@ -59,9 +71,14 @@ class Inbox:
         return len(next(iter(self._slots.values()))) if self._slots else 0
 
     def release(self, peer: int) -> None:
-        """Consume the oldest message from ``peer`` and repost its buffer."""
+        """Consume the oldest message from ``peer`` and repost its buffer. A peer that left
+        after its last message fails the repost: waiting on that receive raises, not this."""
         msg, _ = self._slots[peer].popleft()
-        self._slots[peer].append(self._post(peer, msg))
+        try:
+            posted = self._post(peer, msg)
+        except PeerFailure as e:
+            posted = msg, Unposted(e, self.what)
+        self._slots[peer].append(posted)
 
     def ready(self) -> list[int]:
         """Peers whose oldest message has arrived, in round-robin order."""

@@ -192,8 +192,8 @@ class LearnerLink:
         """Repost the buffers of the last batch: its messages are overwritten from now on."""
         with self.timers("comm"):
             for p in self.peers:
-                if p in self.inbox.peers:  # not an actor that died since; one that dies
-                    # now fails the repost of its receive: dropped as anywhere else
+                if p in self.inbox.peers:  # not an actor that died since; one that is
+                    # gone fails its reposted receive at the next poll: dropped there
                     self.survivors.guard(lambda p=p: self.inbox.release(p),
                                          "receiving unrolls")
 
