@@ -15,7 +15,8 @@ run is shorter), its best and final windows, the agent steps (on MinAtar one age
 one frame), the mean and p90 policy lag in parameter versions, and a collapse flag (the
 final window under 0.7 × the best, once the best reached ``--collapse-threshold``). Ape-X
 and Gorila explore with ε: their greedy evaluation return is shown beside return100, and
-their final, best and collapse are judged on the greedy evaluation windows.
+their final, best and collapse are judged on the greedy evaluation windows (the collapse on
+the mean of 3 consecutive windows of 30 episodes, as the CI guard: archzoo/collapse.py).
 
 Finished cells are kept in ``--results`` (JSON, written after every run, keyed by setup,
 game, seed and minutes) with the run's metrics rows, so the grid can be run in parts and
@@ -52,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from archzoo.collapse import COLLAPSE_RATIO, GREEDY_ROWS, collapsed, judged
+
 ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ("impala", "seed", "apex", "a3c", "gorila", "ga3c", "gala", "r2d2")
 EPSILON_ARCHS = frozenset({"apex", "gorila", "r2d2"})  # ε-greedy: greedy eval shown too
@@ -61,7 +64,6 @@ REFERENCE = "single process (impala --actors 0)"
 ACTORS = 2
 LOG_INTERVAL = 5.0  # seconds between metrics rows
 CHECKPOINTS = (2.0, 5.0, 10.0)  # minutes at which return100 is read off the metrics rows
-COLLAPSE_RATIO = 0.7
 RANDOM_EPISODES = 100
 NOTES = ("<!-- notes: written by hand, kept by --write-docs -->", "<!-- /notes -->")
 DRAIN_S = 300.0  # on top of --time-limit: startup and shutdown before a run is killed
@@ -278,10 +280,12 @@ def judged_column(run: dict) -> str:
     return "eval_mean_return" if run["arch"] in EPSILON_ARCHS else "mean_return_100"
 
 
-def collapsed(best: float | None, final: float | None, threshold: float) -> bool:
-    """The final window under 0.7 × the best, after the best reached ``threshold``."""
-    return best is not None and final is not None and best >= threshold and \
-        final < COLLAPSE_RATIO * best
+def judged_best_final(run: dict) -> tuple[float | None, float | None]:
+    """The best and final of the windows a run's collapse is judged on (archzoo.collapse:
+    greedy evaluation windows as the mean of GREEDY_ROWS consecutive ones)."""
+    col = judged_column(run)
+    w = judged(windows(run.get("rows") or [], col), greedy=col == "eval_mean_return")
+    return (max(w), w[-1]) if w else (None, None)
 
 
 # --- tables -------------------------------------------------------------------------------
@@ -304,7 +308,7 @@ def run_row(run: dict, checkpoints: Iterable[float], threshold: float) -> list[s
     at = [with_eval(run, value_at(rows, m), value_at(rows, m, "eval_mean_return"))
           for m in checkpoints]
     steps = run.get("env_steps")
-    flag = "collapsed" if collapsed(*best_final(rows, judged_column(run)), threshold) else ""
+    flag = "collapsed" if collapsed(*judged_best_final(run), threshold) else ""
     if run.get("error"):
         flag = ("failed: " + run["error"]).replace("|", "\\|")
     best_eval = best_final(rows, "eval_mean_return")[0]
@@ -324,7 +328,8 @@ def runs_table(runs: list[dict], checkpoints: tuple[float, ...], threshold: floa
     header = ["setup", "seed", *(f"return100 @ {m:g} min" for m in checkpoints),
               "best window", "final window", "agent steps (= frames on MinAtar)", "lag mean",
               "lag p90",
-              f"collapse (final < {COLLAPSE_RATIO:g} × best ≥ {threshold:g})"]
+              f"collapse (final < {COLLAPSE_RATIO:g} × best ≥ {threshold:g}; greedy: "
+              f"means of {GREEDY_ROWS} windows)"]
     align = ["---", "---:", *("---:" for _ in checkpoints), "---:", "---:", "---:", "---:",
              "---:", "---"]
     return table(header, align, [run_row(r, checkpoints, threshold) for r in runs])
@@ -578,7 +583,8 @@ them by it. Agent steps are env steps summed over all envs; on MinAtar one agent
 one frame. Policy lag: parameter versions between the policy that acted and the one that
 learned from it (summary.json). Collapse: the final window under {COLLAPSE_RATIO:g} × the
 best, once the best reached {args.collapse_threshold:g} (Ape-X and Gorila: greedy evaluation
-windows).
+windows of 30 episodes, each taken as the mean of {GREEDY_ROWS} consecutive ones, as the CI
+guard judges them; archzoo/collapse.py).
 
 {kept_notes(args.write_docs)}
 

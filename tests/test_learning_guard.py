@@ -44,11 +44,12 @@ from pathlib import Path
 
 import pytest
 
+from archzoo.collapse import COLLAPSE_RATIO, judged
 from tests.runs import cli
 
 PRESET = ["--env", "MinAtar/Breakout-v1", "--model", "impala-cnn", "--envs-per-actor", "16",
           "--unroll-length", "20", "--lr", "0.001", "--entropy-coef", "0.01", "--clip-ratio", "0.2"]
-REACH, HOLD, MAX_LAG = 4.0, 0.7, 2.0
+REACH, HOLD, MAX_LAG = 4.0, COLLAPSE_RATIO, 2.0
 LIMIT_S = 1200  # a run this long has hung: the budgets below take 1-5 minutes
 
 
@@ -75,16 +76,9 @@ def guarded_run(d: Path, arch: str, flags: list[str], seed: int, steps: int,
     assert summary["stop_reason"] == "steps", (
         f"{arch} seed {seed}: stopped by {summary['stop_reason']} after "
         f"{summary['env_steps']:,} of {steps:,} agent steps")
-    w = windows(d, column)
-    if column == GREEDY:
-        w = smoothed(w, GREEDY_ROWS)
+    w = judged(windows(d, column), greedy=column == GREEDY)
     return {"seed": seed, "best": max(w, default=0.0), "final": w[-1] if w else 0.0,
             "lag": summary["policy_lag"]["versions"]["mean"], "steps": summary["env_steps"]}
-
-
-def smoothed(w: list[float], k: int) -> list[float]:
-    """The mean of every ``k`` consecutive windows."""
-    return [sum(w[i - k + 1:i + 1]) / k for i in range(k - 1, len(w))]
 
 
 def holds(o: dict, max_lag: float) -> bool:
@@ -98,8 +92,8 @@ GREEDY = "eval_mean_return"  # Ape-X and Gorila act ε-greedily: judge the greed
 # these budgets, seeds 0-3 of Gorila ended at 0.78, 0.67, 0.62, 0.80 of their best window
 # and seeds 0-2 of Ape-X at 0.88, 0.73, 0.67, none of them falling: the guard's two seeds
 # failed together about 1 run in 4. The mean of 3 rows ended at 0.88, 0.80, 0.73, 0.90
-# (Gorila, best 7.0-8.3) and 0.90, 0.89, 0.79 (Ape-X, best 7.1-8.4) of its best.
-GREEDY_ROWS = 3
+# (Gorila, best 7.0-8.3) and 0.90, 0.89, 0.79 (Ape-X, best 7.1-8.4) of its best. The rule
+# (GREEDY_ROWS) lives in archzoo.collapse, shared with benchmarks/bench_learning.py.
 # Agent steps (= frames on MinAtar) per run, about twice where seed 0 first reached 4 on
 # 28 November: IMPALA 169k, A3C 67k, GA3C 96k, SEED RL 93k, Ape-X 120k, Gorila 124k.
 IMPALA_STEPS, A3C_STEPS, GA3C_STEPS = 350_000, 150_000, 200_000
