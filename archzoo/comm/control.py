@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from archzoo.comm.base import Request, Transport
-from archzoo.comm.errors import CommError
+from archzoo.comm.errors import CommError, PeerFailure
 from archzoo.comm.inbox import Inbox
 from archzoo.messages import Message, Schema
 
@@ -43,6 +43,7 @@ class ControlChannel:
         self.tag = tag
         self.inbox = Inbox(transport, self.schema, peers, tag, depth=2, what="control message")
         self._sending: list[tuple[Message, Request]] = []
+        self._failed: PeerFailure | None = None  # met after messages poll() returned
 
     def send(self, dst: int, obj: dict[str, Any]) -> Request:
         """Queue ``obj`` for ``dst`` without waiting; the buffer lives until the send completes."""
@@ -62,6 +63,8 @@ class ControlChannel:
         the messages queued for it."""
         self.inbox.drop(peer)
         self._sending = [(m, r) for m, r in self._sending if r.peer != peer]
+        if self._failed is not None and self._failed.peer == peer:
+            self._failed = None
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every queued control message was taken by its receiver."""
@@ -75,12 +78,23 @@ class ControlChannel:
         return json.loads(bytes(msg["payload"][:n]).decode())
 
     def poll(self) -> list[tuple[int, dict[str, Any]]]:
-        """Every control message that has arrived, without waiting."""
-        out = []
-        for p in self.inbox.ready():
-            while (msg := self.inbox.poll(p)) is not None:
-                out.append((p, self._decode(msg)))
-                self.inbox.release(p)
+        """Every control message that has arrived, without waiting. A peer that left right
+        after its last message (a root's FINAL when no barrier follows) fails its next
+        receive: the messages taken before are returned, and the failure, which stays with
+        that receive, is raised by the next poll."""
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+        out: list[tuple[int, dict[str, Any]]] = []
+        try:
+            for p in self.inbox.ready():
+                while (msg := self.inbox.poll(p)) is not None:
+                    out.append((p, self._decode(msg)))
+                    self.inbox.release(p)
+        except PeerFailure as e:
+            if not out:
+                raise
+            self._failed = e
         return out
 
     def recv_from(self, peer: int, timeout_s: float | None = None) -> dict[str, Any]:
