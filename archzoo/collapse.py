@@ -15,6 +15,10 @@ from collections.abc import Sequence
 
 COLLAPSE_RATIO = 0.7
 GREEDY_ROWS = 3
+RETURN_WINDOW = "mean_return_100"
+"""metrics.csv's column of the mean return of the last 100 episodes."""
+GREEDY_WINDOW = "eval_mean_return"
+"""metrics.csv's column of the greedy evaluation's last 30 episodes (the ε-greedy archs)."""
 
 
 def smoothed(w: Sequence[float], k: int) -> list[float]:

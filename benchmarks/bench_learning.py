@@ -53,7 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archzoo.collapse import COLLAPSE_RATIO, GREEDY_ROWS, collapsed, judged
+from archzoo.collapse import (
+    COLLAPSE_RATIO,
+    GREEDY_ROWS,
+    GREEDY_WINDOW,
+    RETURN_WINDOW,
+    collapsed,
+    judged,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ("impala", "seed", "apex", "a3c", "gorila", "ga3c", "gala", "r2d2")
@@ -277,14 +284,14 @@ def judged_column(run: dict) -> str:
     """The windows a run's best, final and collapse are judged on: return100, or for the
     ε-greedy architectures the greedy evaluation (their behaviour return mixes in each
     actor's ε; :func:`score`)."""
-    return "eval_mean_return" if run["arch"] in EPSILON_ARCHS else "mean_return_100"
+    return GREEDY_WINDOW if run["arch"] in EPSILON_ARCHS else RETURN_WINDOW
 
 
 def judged_best_final(run: dict) -> tuple[float | None, float | None]:
     """The best and final of the windows a run's collapse is judged on (archzoo.collapse:
     greedy evaluation windows as the mean of GREEDY_ROWS consecutive ones)."""
     col = judged_column(run)
-    w = judged(windows(run.get("rows") or [], col), greedy=col == "eval_mean_return")
+    w = judged(windows(run.get("rows") or [], col), greedy=col == GREEDY_WINDOW)
     return (max(w), w[-1]) if w else (None, None)
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from archzoo.collapse import COLLAPSE_RATIO, judged
+from archzoo.collapse import COLLAPSE_RATIO, GREEDY_WINDOW, RETURN_WINDOW, collapsed, judged
 from tests.runs import cli
 
 PRESET = ["--env", "MinAtar/Breakout-v1", "--model", "impala-cnn", "--envs-per-actor", "16",
@@ -59,11 +59,11 @@ def windows(d: Path, column: str) -> list[float]:
     once its window is full)."""
     rows = list(csv.DictReader(open(d / "metrics.csv")))
     return [float(r[column]) for r in rows if r[column]
-            and (column != "mean_return_100" or int(r["episodes"]) >= 100)]
+            and (column != RETURN_WINDOW or int(r["episodes"]) >= 100)]
 
 
 def guarded_run(d: Path, arch: str, flags: list[str], seed: int, steps: int,
-                column: str = "mean_return_100") -> dict:
+                column: str = RETURN_WINDOW) -> dict:
     """One run of ``steps`` agent steps; its best and final windows and its mean policy lag.
     The budget is in agent steps, not seconds, so that the verdict does not depend on how
     fast the machine is; LIMIT_S only bounds a run that hangs."""
@@ -82,11 +82,13 @@ def guarded_run(d: Path, arch: str, flags: list[str], seed: int, steps: int,
 
 
 def holds(o: dict, max_lag: float) -> bool:
-    """Reached REACH, ended at HOLD of its best window or more, lag within the bound."""
-    return o["best"] >= REACH and o["final"] >= HOLD * o["best"] and o["lag"] <= max_lag
+    """Reached REACH, did not collapse (ended at HOLD of its best window or more: the
+    benchmark's rule, archzoo.collapse), lag within the bound."""
+    return (o["best"] >= REACH and not collapsed(o["best"], o["final"], REACH)
+            and o["lag"] <= max_lag)
 
 
-GREEDY = "eval_mean_return"  # Ape-X and Gorila act ε-greedily: judge the greedy policy
+GREEDY = GREEDY_WINDOW  # Ape-X and Gorila act ε-greedily: judge the greedy policy
 # Ape-X and Gorila log a window of their last 30 greedy episodes in each row (every 5 s);
 # judged one by one these moved too much to tell noise from a collapse. On 29 November, at
 # these budgets, seeds 0-3 of Gorila ended at 0.78, 0.67, 0.62, 0.80 of their best window
@@ -99,10 +101,10 @@ GREEDY = "eval_mean_return"  # Ape-X and Gorila act ε-greedily: judge the greed
 IMPALA_STEPS, A3C_STEPS, GA3C_STEPS = 350_000, 150_000, 200_000
 SEED_STEPS, APEX_STEPS, GORILA_STEPS = 200_000, 200_000, 200_000
 CASES = [  # arch, flags, agent steps, the bound on the mean lag, the windows judged
-    ("impala", PRESET, IMPALA_STEPS, MAX_LAG, "mean_return_100"),
-    ("a3c", ["--config", "minatar"], A3C_STEPS, 1.5, "mean_return_100"),
-    ("ga3c", ["--config", "minatar"], GA3C_STEPS, 3.0, "mean_return_100"),
-    ("seed", ["--config", "minatar"], SEED_STEPS, 3.0, "mean_return_100"),
+    ("impala", PRESET, IMPALA_STEPS, MAX_LAG, RETURN_WINDOW),
+    ("a3c", ["--config", "minatar"], A3C_STEPS, 1.5, RETURN_WINDOW),
+    ("ga3c", ["--config", "minatar"], GA3C_STEPS, 3.0, RETURN_WINDOW),
+    ("seed", ["--config", "minatar"], SEED_STEPS, 3.0, RETURN_WINDOW),
     ("apex", ["--config", "minatar"], APEX_STEPS, 20.0, GREEDY),
     ("gorila", ["--config", "minatar"], GORILA_STEPS, 2.0, GREEDY),
 ]
