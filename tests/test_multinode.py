@@ -27,7 +27,9 @@ from archzoo.spawn import Group, run_ranks
 from tests.runs import clean_env, load_run
 
 WHY = unavailable()
-pytestmark = pytest.mark.skipif(WHY is not None, reason=f"simulated hosts: {WHY}")
+pytestmark = [pytest.mark.skipif(WHY is not None, reason=f"simulated hosts: {WHY}"),
+              # one xdist worker runs this module's tests in turn: they share its hosts
+              pytest.mark.xdist_group("simhosts")]
 _PORTS = itertools.count(29600)
 
 # every architecture, 4 processes (2 per host), briefly
