@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from learners.dqn import DQNConfig, DQNLearner, QNetwork, double_dqn_targets  # noqa: E402
+from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork, double_dqn_targets  # noqa: E402
 
 
 def one_forward_update(learner: DQNLearner, b: dict[str, torch.Tensor]) -> None:
