@@ -64,15 +64,17 @@ class _Residual(nn.Module):
 
 
 class ImpalaCNN(nn.Module):
-    """The IMPALA paper's deep residual torso; 256 features."""
+    """The IMPALA paper's deep residual torso; 256 features. ``blocks``: residual blocks per
+    stage (the paper's 2; examples/torsos.py screens fewer)."""
 
-    def __init__(self, channels: int, h: int, w: int, depths: tuple[int, ...] = (16, 32, 32)):
+    def __init__(self, channels: int, h: int, w: int, depths: tuple[int, ...] = (16, 32, 32),
+                 blocks: int = 2):
         super().__init__()
         c_in = channels
         layers: list[nn.Module] = []
         for d in depths:
             layers += [nn.Conv2d(channels, d, 3, padding=1), nn.MaxPool2d(3, 2, padding=1),
-                       _Residual(d), _Residual(d)]
+                       *(_Residual(d) for _ in range(blocks))]
             channels = d
         self.conv = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
         with torch.no_grad():

@@ -240,6 +240,30 @@ def test_user_model_by_module_factory(tmp_path: Path, monkeypatch) -> None:
     assert state["meta"]["model"] == "tiny_model:torso"
 
 
+@pytest.mark.parametrize("factory,blocks", [("impala_one_block", 1), ("impala_no_residual", 0)])
+def test_example_torsos_are_the_impala_torso_less_residual_blocks(factory: str,
+                                                                   blocks: int) -> None:
+    """examples/torsos.py: the built-in IMPALA torso (2 residual blocks per stage) with
+    ``blocks`` per stage, on channels-last MinAtar grids."""
+    from archzoo.nets import ImpalaCNN, _Residual
+
+    def size(m: torch.nn.Module) -> int:
+        return sum(p.numel() for p in m.parameters())
+
+    q = QNetwork((10, 10, 4), 3, 32, True, f"examples.torsos:{factory}", "|b1")
+    deep = make_torso("impala-cnn", (10, 10, 4), "|b1")
+    assert sum(isinstance(m, _Residual) for m in q.modules()) == 3 * blocks
+    assert sum(isinstance(m, _Residual) for m in deep.modules()) == 6
+    dropped = (2 - blocks) * sum(size(_Residual(d)) for d in (16, 32, 32))
+    assert size(q.torso) == size(deep) - dropped and q.torso.out_dim == 256
+    body = q.torso.body.body  # Torso → ChannelsLast → ImpalaCNN
+    twin = ImpalaCNN(4, 10, 10, blocks=blocks)
+    twin.load_state_dict(body.state_dict())
+    x = torch.rand(2, 10, 10, 4, generator=torch.Generator().manual_seed(0)) > 0.7
+    with torch.no_grad():
+        torch.testing.assert_close(q.torso(x), twin(x.float().permute(0, 3, 1, 2)))
+
+
 class _DictObsEnv(gym.Env):
     observation_space = gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (2,))})
     action_space = gym.spaces.Discrete(2)
