@@ -9,7 +9,8 @@ update of 64 items takes about 2/3 and 1/3 of the paper's torso's time on one CP
     archzoo run apex --config minatar --model examples.torsos:impala_no_residual
 
 A factory gets the observation and action spaces and returns an ``nn.Module`` from a float
-batch ``[B, *obs_shape]`` to features ``[B, F]``; MinAtar's observations are channels-last.
+batch ``[B, *obs_shape]`` to features ``[B, F]``; MinAtar's observations are channels-last,
+Atari's channels-first (archzoo.model_shapes tells them apart, as the built-in torsos do).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import gymnasium as gym
 from torch import Tensor, nn
 
+from archzoo.model_shapes import channels_last, image_channels, image_hw
 from archzoo.nets import ImpalaCNN
 
 
@@ -32,8 +34,9 @@ class ChannelsLast(nn.Module):
 
 
 def _impala(observation_space: gym.Space, blocks: int) -> nn.Module:
-    h, w, c = observation_space.shape
-    return ChannelsLast(ImpalaCNN(c, h, w, blocks=blocks))
+    shape = observation_space.shape
+    body = ImpalaCNN(image_channels(shape), *image_hw(shape), blocks=blocks)
+    return ChannelsLast(body) if channels_last(shape) else body
 
 
 def impala_one_block(observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
