@@ -77,8 +77,9 @@ class RunConfig:
     clip_rewards: bool | None = opt(None, "clip rewards to [-1, 1] inside the losses (default: "
                                     "on for ALE ids); logged returns stay raw game scores",
                                     group="environment and model")
-    model: str = opt("auto", "torso: mlp, nature-cnn, impala-cnn, minatar-cnn (the MinAtar "
-                     "paper's) or package.module:factory "
+    model: str = opt("auto", "torso: mlp, nature-cnn, impala-cnn, impala-cnn-no-residual "
+                     "(its residual blocks dropped), minatar-cnn (the MinAtar paper's) or "
+                     "package.module:factory "
                      "(auto: a CNN for images, the MLP for vectors)",
                      group="environment and model")
     actors: int | None = opt(None, "actor processes (default 2; 0 = learner and actor in one "

@@ -6,7 +6,8 @@ a misfit before it starts any process (and before it imports torch).
 
 from __future__ import annotations
 
-MODELS = ("mlp", "nature-cnn", "impala-cnn", "minatar-cnn")
+MODELS = ("mlp", "nature-cnn", "impala-cnn", "impala-cnn-no-residual", "minatar-cnn")
+IMAGE_MODELS = MODELS[1:]  # the convolutional torsos: images only
 NATURE_MIN_SIZE = 36  # the Nature torso (Mnih et al. 2015) needs this many pixels per side
 
 
@@ -38,7 +39,7 @@ def check_builtin(model: str, obs_shape: tuple[int, ...]) -> str:
     ValueError when it cannot take them. A ``package.module:factory`` is returned as is."""
     if model == "auto":
         return default_model(obs_shape)
-    if model in ("nature-cnn", "impala-cnn", "minatar-cnn"):
+    if model in IMAGE_MODELS:
         if len(obs_shape) != 3:
             raise ValueError(f"--model {model} needs image observations (3 axes), got "
                              f"shape {tuple(obs_shape)}")

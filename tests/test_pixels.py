@@ -180,7 +180,8 @@ def test_clipped_rewards_and_lost_lives_reach_the_losses_not_the_logs(
 @pytest.mark.parametrize("model,shape,dtype", [
     ("mlp", (4,), "<f4"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
     ("impala-cnn", (4, 84, 84), "|u1"), ("mlp", (10, 10, 4), "|b1"),
-    ("minatar-cnn", (10, 10, 4), "|b1"),
+    ("minatar-cnn", (10, 10, 4), "|b1"), ("impala-cnn-no-residual", (10, 10, 4), "|b1"),
+    ("impala-cnn-no-residual", (4, 84, 84), "|u1"),
 ])
 def test_heads_on_every_torso(model: str, shape: tuple, dtype: str) -> None:
     x = torch.zeros((3, 2, *shape), dtype=torch.from_numpy(np.zeros(1, dtype)).dtype)
@@ -190,13 +191,14 @@ def test_heads_on_every_torso(model: str, shape: tuple, dtype: str) -> None:
     for dueling in (False, True):
         q = QNetwork(shape, 6, 32, dueling, model, dtype)
         assert q(x).shape == (3, 2, 6)
-    width = {"mlp": 32, "nature-cnn": 512, "impala-cnn": 256, "minatar-cnn": 128}[model]
+    width = {"mlp": 32, "nature-cnn": 512, "impala-cnn": 256, "impala-cnn-no-residual": 256,
+             "minatar-cnn": 128}[model]
     assert ac.torso.out_dim == width
 
 
 @pytest.mark.parametrize("model,shape,dtype", [
     ("mlp", (3, 5), "|u1"), ("nature-cnn", (4, 84, 84), "|u1"), ("impala-cnn", (10, 10, 4), "|b1"),
-    ("minatar-cnn", (10, 10, 4), "|b1"),
+    ("minatar-cnn", (10, 10, 4), "|b1"), ("impala-cnn-no-residual", (10, 10, 4), "|b1"),
 ])
 def test_torso_makes_frames_float_on_the_device(model: str, shape: tuple, dtype: str) -> None:
     """A torso called on uint8 frames gives what its float32 twin (same weights) gives on the
@@ -256,6 +258,13 @@ def test_example_torsos_are_the_impala_torso_less_residual_blocks(factory: str,
     assert sum(isinstance(m, _Residual) for m in deep.modules()) == 6
     dropped = (2 - blocks) * sum(size(_Residual(d)) for d in (16, 32, 32))
     assert size(q.torso) == size(deep) - dropped and q.torso.out_dim == 256
+    if blocks == 0:  # the built-in --model impala-cnn-no-residual is the same torso
+        builtin = make_torso("impala-cnn-no-residual", (10, 10, 4), "|b1")
+        assert not any(isinstance(m, _Residual) for m in builtin.modules())
+        builtin.body.load_state_dict(q.torso.body.body.state_dict())
+        x = torch.rand(2, 10, 10, 4, generator=torch.Generator().manual_seed(1)) > 0.5
+        with torch.no_grad():
+            torch.testing.assert_close(builtin(x), q.torso(x))
     body = q.torso.body.body  # Torso → ChannelsLast → ImpalaCNN
     twin = ImpalaCNN(4, 10, 10, blocks=blocks)
     twin.load_state_dict(body.state_dict())
@@ -285,6 +294,7 @@ gym.register("archzoo-test/TupleObs-v0", entry_point=_TupleObsEnv)
     (["--env", "Pendulum-v1"], "Discrete action"),
     (["--env", MINATAR, "--model", "nature-cnn"], "36×36"),
     (["--env", "CartPole-v1", "--model", "impala-cnn"], "image observations"),
+    (["--env", "CartPole-v1", "--model", "impala-cnn-no-residual"], "image observations"),
     (["--env", "CartPole-v1", "--env-kwargs", "{oops"], "--env-kwargs"),
     (["--env", "CartPole-v1", "--env-kwargs", "[1, 2]"], "JSON object"),
     (["--env", PONG, "--env-kwargs", '{"no_such": 1}'], "no_such"),
