@@ -6,8 +6,9 @@ a misfit before it starts any process (and before it imports torch).
 
 from __future__ import annotations
 
-MODELS = ("mlp", "nature-cnn", "impala-cnn", "impala-cnn-no-residual", "minatar-cnn")
-IMAGE_MODELS = MODELS[1:]  # the convolutional torsos: images only
+# the convolutional torsos: images only
+IMAGE_MODELS = ("nature-cnn", "impala-cnn", "impala-cnn-no-residual", "minatar-cnn")
+MODELS = ("mlp", *IMAGE_MODELS)
 NATURE_MIN_SIZE = 36  # the Nature torso (Mnih et al. 2015) needs this many pixels per side
 
 
