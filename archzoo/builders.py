@@ -88,7 +88,8 @@ def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VT
     return cls(actor_critic(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm,
                torch.device(cfg.device), cfg.optimizer,
                lr_decay_steps=cfg.total_steps if cfg.lr_decay else None, epochs=cfg.epochs,
-               minibatches=cfg.minibatches)
+               minibatches=cfg.minibatches,
+               lr_decay_s=cfg.time_limit if cfg.lr_decay else None)
 
 
 def a2c_loss_config(cfg: A2CRunConfig) -> A2CConfig:

@@ -254,8 +254,9 @@ class VTraceConfig(RunConfig):
     c_bar: float = opt(1.0, "c̄, trace clip (IMPALA eq. 1)", group="learner")
     baseline_coef: float = opt(0.5, "value-loss weight", group="learner")
     entropy_coef: float = opt(0.01, "entropy-bonus weight", group="learner")
-    lr_decay: bool = opt(False, "decay the learning rate linearly to 0 over --total-steps env "
-                         "steps (IMPALA's schedule)", group="learner")
+    lr_decay: bool = opt(False, "decay the learning rate linearly to 0 over the run's budget: "
+                         "--total-steps env steps or --time-limit seconds, whichever is spent "
+                         "faster (IMPALA's schedule)", group="learner")
     clip_ratio: float = opt(0.0, "ε > 0: PPO's clipped surrogate on the V-trace advantages, "
                             "with the behaviour policy as the old one (APPO); 0: the IMPALA "
                             "paper's policy gradient", group="learner")

@@ -41,9 +41,11 @@ class VTraceLearner:
     def __init__(self, model: nn.Module, loss_cfg: ImpalaLossConfig, lr: float,
                  max_grad_norm: float, device: torch.device, optimizer: str = "adam",
                  lr_decay_steps: int | None = None, epochs: int = 1,
-                 minibatches: int = 1) -> None:
+                 minibatches: int = 1, lr_decay_s: float | None = None) -> None:
         """``lr_decay_steps``: decay the learning rate linearly to 0 over that many env steps
-        trained on (IMPALA, Espeholt et al. 2018, Appendix G); None keeps it constant.
+        trained on (IMPALA, Espeholt et al. 2018, Appendix G); ``lr_decay_s``: over that many
+        seconds of training, counted from the first update (a wall-clock budget). With both,
+        the schedule follows whichever budget is spent faster; with neither it is constant.
         ``epochs`` × ``minibatches``: sample reuse as in PPO (Schulman et al. 2017) and APPO
         (Petrenko et al. 2020): each batch is trained on ``epochs`` times, each time split
         into ``minibatches`` random groups (of steps, or of whole trajectories for a
@@ -55,7 +57,10 @@ class VTraceLearner:
         self.device = device
         self.loss_cfg = loss_cfg
         self.max_grad_norm = max_grad_norm
-        self.lr, self.lr_decay_steps = lr, lr_decay_steps
+        self.lr, self.lr_decay_steps, self.lr_decay_s = lr, lr_decay_steps, lr_decay_s
+        self.trained_s = 0.0  # wall time since the first update (of earlier runs, on resume)
+        self._resumed_s = 0.0
+        self._first_update: float | None = None
         self.epochs, self.minibatches = epochs, minibatches
         self.rng = torch.Generator().manual_seed(0)  # minibatch shuffles (sample reuse only)
         self.steps_trained = 0  # valid env steps in the batches so far
@@ -81,7 +86,8 @@ class VTraceLearner:
         """Model, optimiser and version: what a checkpoint keeps of the learner."""
         with self.step_lock:
             return {"model": cpu_state_dict(self.model), "optimizer": cpu_optimizer_state(self.opt),
-                    "version": self.version, "steps_trained": self.steps_trained}
+                    "version": self.version, "steps_trained": self.steps_trained,
+                    "trained_s": self.trained_s}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self.step_lock:
@@ -89,6 +95,8 @@ class VTraceLearner:
             self.opt.load_state_dict(state["optimizer"])
             self.version = int(state["version"])
             self.steps_trained = int(state.get("steps_trained", 0))
+            self.trained_s = self._resumed_s = float(state.get("trained_s", 0.0))
+            self._first_update = None
 
     def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
@@ -117,17 +125,31 @@ class VTraceLearner:
         """Train on the given unrolls (in the given order): one step of the IMPALA loss, or
         ``epochs`` × ``minibatches`` steps with sample reuse. The version advances by one."""
         t0 = time.perf_counter()
+        if self._first_update is None:
+            self._first_update = t0
         b = batch_unrolls(unrolls, self.device)
         if self.epochs == 1 and self.minibatches == 1:
             stats = self._step(b, last=True)
         else:
             stats = self._reuse(b)
         self.steps_trained += int(b["valid"].sum())
-        if self.lr_decay_steps:  # the next update's learning rate
+        now = time.perf_counter()
+        self.trained_s = self._resumed_s + now - self._first_update
+        if self.lr_decay_steps or self.lr_decay_s:  # the next update's learning rate
             for g in self.opt.param_groups:
-                g["lr"] = self.lr * max(0.0, 1.0 - self.steps_trained / self.lr_decay_steps)
-        self.update_s += time.perf_counter() - t0
+                g["lr"] = self.lr * max(0.0, 1.0 - self.budget_spent())
+        self.update_s += now - t0
         return stats
+
+    def budget_spent(self) -> float:
+        """The fraction of the decay budget spent: the larger of env steps trained on over
+        ``lr_decay_steps`` and seconds of training over ``lr_decay_s``."""
+        spent = 0.0
+        if self.lr_decay_steps:
+            spent = self.steps_trained / self.lr_decay_steps
+        if self.lr_decay_s:
+            spent = max(spent, self.trained_s / self.lr_decay_s)
+        return spent
 
     def _reuse(self, b: dict[str, torch.Tensor]) -> dict[str, float]:
         """``epochs`` passes over ``b``, each in ``minibatches`` random groups; returns the
