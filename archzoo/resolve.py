@@ -82,9 +82,8 @@ def add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
             else f" (default: {f.default})"
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
                               "help": meta["help"] + shown}
-        if kind == "bool":
-            kw["action"] = "store_true" if f.default is False else \
-                argparse.BooleanOptionalAction
+        if kind == "bool":  # --x and --no-x: a preset's true can be turned off
+            kw["action"] = argparse.BooleanOptionalAction
         elif meta.get("repeat"):
             kw.update(action=_Repeat, metavar=f.name.upper())
         else:
@@ -441,7 +440,7 @@ def config_argv(cfg: RunConfig, names: Iterable[str]) -> list[str]:
     for name in sorted(names):
         value, flag, f = getattr(cfg, name), flag_name(name), fields[name]
         if value is None or (value is False and f.default is False):
-            continue  # the default: None is never spelled, a store_true flag has no --no-
+            continue  # the default: None is never spelled, nor a false that is the default
         if field_type(f) == "bool":
             argv.append(flag if value else f"--no-{flag[2:]}")
         else:
