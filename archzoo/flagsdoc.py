@@ -16,8 +16,8 @@ def flags_markdown(configs: dict[str, type[RunConfig]]) -> str:
              "`python -m archzoo.flagsdoc > docs/flags.md`; `archzoo run ARCH --help` shows the "
              "same text, and a test keeps this page equal to the code. The papers behind the "
              "hyper-parameters are in [references.md](references.md). Every switch (a default "
-             "of `False` or `True`) also has a `--no-` form, which turns off what a preset "
-             "(`--config`) turned on.", ""]
+             "of `False` or `True`) also has a form with no- before its name, such as "
+             "`--no-prioritized`, which turns off what a preset (`--config`) turned on.", ""]
     common = {f.name for f in flag_fields(RunConfig)}
 
     def table(title: str, cls: type[RunConfig], names: set[str] | None) -> None:
