@@ -36,6 +36,18 @@ def test_a_preset_name_resolves_outside_the_repository(arch: str, tmp_path: Path
     assert parse_run(flags)[0].env == "MinAtar/Asterix-v1"  # a flag overrides the preset
 
 
+def test_a_switch_the_preset_turns_on_can_be_turned_off() -> None:
+    """Every boolean flag has a --no- form, so a preset's true is not final."""
+    cfg = parse_run(["run", "impala", "--config", "minatar"])[0]
+    assert cfg.lr_decay and cfg.batch_unrolls == 1
+    off, given = parse_run(["run", "impala", "--config", "minatar", "--no-lr-decay"])
+    assert not off.lr_decay and "lr_decay" in given
+    assert parse_run(["run", "gorila", "--config", "minatar"])[0].prioritized
+    assert not parse_run(["run", "gorila", "--config", "minatar",
+                          "--no-prioritized"])[0].prioritized
+    assert parse_run(["run", "impala", "--lr-decay"])[0].lr_decay  # off by default
+
+
 def test_a_path_still_works_and_a_name_does_not_shadow_a_file(tmp_path: Path,
                                                             monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
