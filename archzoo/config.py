@@ -373,9 +373,9 @@ class ImpalaConfig(VTraceConfig, CoreFlags):
     """IMPALA: rank 0 learns, ranks 1..N act."""
 
     max_inflight: int = opt(1, "async: unrolls an actor may have sent that the learner has "
-                            "not yet taken (1: each unroll starts after the learner took the "
-                            "last, with the newest parameters; more: faster actors, more "
-                            "policy lag)", group="learner")
+                            "not yet taken into a batch (1: each unroll starts once the "
+                            "learner took the last, with the parameters it published then; "
+                            "more: faster actors, more policy lag)", group="learner")
 
     def check(self, r: Rules) -> None:
         super().check(r)

@@ -5,13 +5,16 @@ Role map: rank 0 is the learner, ranks 1..N are actors.
 - Actors step E envs with a local copy of the policy (the behaviour policy μ) and send
   unrolls of T steps with μ's logits. ``--mode async`` (IMPALA's default): parameters are
   taken as they arrive into a latest-wins slot, and every unroll starts with the newest;
-  at most ``--max-inflight`` unrolls are sent and not yet taken by the learner. ``--mode
-  sync``: after each unroll an actor waits for the parameters that unroll produced.
+  at most ``--max-inflight`` unrolls are sent and not yet taken into a batch by the
+  learner (the parameters carry its credit). ``--mode sync``: after each unroll an actor
+  waits for the parameters that unroll produced.
 - The learner trains with the V-trace loss (eq. 1 of the paper) on exactly
   ``--batch-unrolls`` unrolls (async; 0 = one per live actor) or on one unroll from every
-  actor in rank order (sync, bit-for-bit reproducible with ``--seed``), then broadcasts
-  the new parameters over the chosen topology. Policy lag = learner version − the version
-  an unroll was acted with (reported as a distribution, in versions and seconds).
+  actor in rank order (sync, bit-for-bit reproducible with ``--seed``). It broadcasts its
+  parameters over the chosen topology as soon as it took a batch (async: the actors whose
+  unrolls it took collect their next while it trains) or after the update (sync). Policy
+  lag = learner version − the version an unroll was acted with (reported as a
+  distribution, in versions and seconds): about one version per actor, async.
 - ``--actors 0``: the same actor and learner code in one process, no transport.
 
 The learner's end of the wire is :class:`archzoo.harness.unroll_link.LearnerLink`.
@@ -30,7 +33,7 @@ from archzoo.comm import Message
 from archzoo.comm.sender import SendWindow
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
-from archzoo.harness.unroll_link import LearnerLink, schemas
+from archzoo.harness.unroll_link import LearnerLink, schemas, unroll_window
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.runlog import Timers
 from archzoo.topology.broadcast import (
@@ -84,16 +87,19 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     link = LearnerLink(ctx, spec, learner.model)
     run_dir, mon = link.open_run(learner)
     link.send_params(learner)  # version 0 (or the resumed one): where every actor starts
-    stop = None
+    asynchronous, stop = ctx.cfg.mode == "async", None
     while stop is None:
         batch = link.next_batch(stopping=lambda: mon.check_stop() is not None)
+        if asynchronous and batch:  # the newest version, and the credit for the unrolls
+            link.send_params(learner)  # just taken: their actors collect while we train
         link.account(mon, batch, learner.version)
         if batch:
             mon.add_learner_stats(learner.update(batch))
         mon.updates = learner.version
         stop = mon.check_stop()
-        link.send_params(learner, stop)  # before the release: an actor waiting for its
-        link.release()  # unroll to be taken then finds the new version already sent
+        if stop is not None or not asynchronous:  # sync: the version this batch produced
+            link.send_params(learner, stop)
+        link.release()
         mon.maybe_log(*harness.byte_totals(ctx.transport))
     return link.finish(run_dir, mon, stop, learner)
 
@@ -103,7 +109,7 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     for the parameters the unroll produced)."""
     cfg, t = ctx.cfg, ctx.transport
     model = builders.actor_critic(cfg, spec)  # its weights come from rank 0
-    u_schema, p_schema, digests = schemas(cfg, spec, model)
+    u_schema, p_schema, digests = schemas(cfg, spec, model, ctx.world_size)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,
                         harness.actor_seed(cfg.seed, ctx.rank))
 
@@ -117,10 +123,17 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     with harness.leaf(ctx, digests) as link:
         if not asynchronous:  # a resumed run's actor takes its logged steps again
             catch_up(t, actor, 0, harness.TAG_ACTIONS, spec.num_actions, cfg.startup_timeout)
-        # --max-inflight unrolls sent and not yet taken by the learner (sync: two, collect one
-        # while the other is on the wire; the round's parameters pace the actor anyway)
+        # async: --max-inflight unrolls sent and not yet taken into a batch, as the credit in
+        # the newest parameters says (sync: two, collect one while the other is on the wire;
+        # the round's parameters pace the actor anyway)
+        def used() -> int:
+            newest = params.newest()
+            return 0 if newest is None else int(newest["used"][ctx.rank])
+
         out = SendWindow(t, u_schema, 0, harness.TAG_UNROLL, "unroll",
-                         cfg.max_inflight if asynchronous else 2)
+                         cfg.max_inflight if asynchronous else 2,
+                         used=used if asynchronous else None,
+                         window=unroll_window(cfg, ctx.world_size - 1))
         link.on_stop(lambda: out.flush(on_poll=params.take_newest),
                      stats=lambda: {"timing": {"env": actor.env_s, "inference": actor.inference_s,
                                                "comm": comm.s.get("comm", 0.0)},

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
+import numpy as np
+
 from archzoo import builders
 from archzoo.actors.action_log import ActionLog
 from archzoo.comm import Inbox, Message, PeerTimeout
@@ -40,11 +42,18 @@ def topology_applied(cfg: ImpalaConfig) -> str:
     return f"parameter broadcast learner->actors over {how}; {STREAMS}"
 
 
-def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic):
-    """The unroll and parameter messages, and their digests for the start-up check."""
+def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic, world_size: int):
+    """The unroll and parameter messages, and their digests for the start-up check. The
+    parameters carry each rank's credit: how many of its unrolls the learner has used."""
     u_schema = builders.unrolls(cfg, spec)  # with --core lstm, its initial states too
-    p_schema = params_schema(num_params(model))
+    p_schema = params_schema(num_params(model), world_size)
     return u_schema, p_schema, {"unroll": u_schema.digest(), "params": p_schema.digest()}
+
+
+def unroll_window(cfg: ImpalaConfig, actors: int) -> int:
+    """Unrolls an async actor may have sent that the learner has not yet taken into a batch:
+    ``--max-inflight``, or what an update of ``--batch-unrolls`` needs from each actor."""
+    return max(cfg.max_inflight, -(-cfg.batch_unrolls // max(1, actors)))
 
 
 class LearnerLink:
@@ -64,7 +73,7 @@ class LearnerLink:
         self.ctx, self.cfg, self.spec = ctx, cfg, spec
         self.actors = list(range(1, ctx.world_size))
         self.timers = Timers()
-        self.unroll_schema, p_schema, self.digests = schemas(cfg, spec, model)
+        self.unroll_schema, p_schema, self.digests = schemas(cfg, spec, model, ctx.world_size)
         # async: an update takes --batch-unrolls unrolls, so each actor may have that many
         # over the actors waiting (sync: one each, in rank order)
         depth = 1 if cfg.mode == "sync" or not cfg.batch_unrolls else \
@@ -75,6 +84,7 @@ class LearnerLink:
         self.publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, self.actors,
                                          TAG_PARAMS, TAG_TOPOLOGY, cfg.mode)
         self.peers: list[int] = []  # whose unrolls the last batch holds
+        self.used = np.zeros(ctx.world_size, np.int64)  # per actor: its unrolls in batches
         self.lag: dict[int, list[int]] = {}  # actor -> [sum of policy lags, unrolls]
         # sync: every actor's actions, so that a resumed run goes on bit for bit
         self.actions = ActionLog(spec.num_actions) if cfg.mode == "sync" else None
@@ -133,6 +143,7 @@ class LearnerLink:
         else:
             batch = self._gather(stopping)
         self.peers = [p for p, _ in batch]
+        np.add.at(self.used, self.peers, 1)
         return [m for _, m in batch]
 
     def _gather(self, stopping: Callable[[], bool] | None) -> list[tuple[int, Message]]:
@@ -199,7 +210,13 @@ class LearnerLink:
 
     def send_params(self, learner: VTraceLearner, stop: str | None = None) -> None:
         """The learner's parameters to every actor as version ``learner.version`` (sync: and
-        wait until each has them); once ``stop`` is set, STOP instead."""
+        wait until each has them); once ``stop`` is set, STOP instead.
+
+        The message also carries every actor's credit, the unrolls of it that
+        :meth:`next_batch` has taken so far: an async actor starts its next unroll once
+        the learner took its last (``--max-inflight`` 1). Sent right after
+        :meth:`next_batch`, before the update, the actor collects while the learner trains,
+        and its unroll is trained one update per actor later (the policy lag)."""
         if stop is not None:
             self.publisher.publish_stop()  # sync actors blocked in a collective stop
             return
@@ -207,6 +224,7 @@ class LearnerLink:
         self.published_at.pop(learner.version - 10_000, None)
         with self.timers("comm"):
             get_flat(learner.model, self.publisher.latest["params"])
+            self.publisher.latest["used"][:] = self.used
             self.survivors.guard(lambda: self.publisher.publish(version=learner.version),
                                  "sending parameters")
             if self.cfg.mode == "sync":

@@ -68,6 +68,8 @@ class ParamsBroadcast:
                  actors: list[int], tag_params: int, tag_topology: int,
                  mode: str = "sync") -> None:
         self.collective = self.tree = self.star = None
+        self.publications = 0  # the async tree's order: a version may go out again (a newer
+        # credit with the same parameters), so the tree numbers publications, not versions
         if topology == "star":
             self.star = StarPublisher(t, schema, actors, tag_params)
         elif mode == "sync":
@@ -82,8 +84,9 @@ class ParamsBroadcast:
             self.star.publish(version=version)
             return
         self.latest["version"][...] = version
+        self.publications += 1
         if self.tree is not None:
-            self.tree.publish(self.latest, version)
+            self.tree.publish(self.latest, self.publications)
         else:
             self.collective.broadcast(self.latest.buffer, 0)
 
@@ -152,9 +155,10 @@ class ParamsSubscriber:
             members = list(range(t.world_size)) if members is None else members
             self.tree = _async_tree(t, topology, fanout, schema, members, tag_params)
         self.relay = schema.new()
-        self.slot = schema.new()  # star: the newest version received, not yet loaded
+        self.slot = schema.new()  # star: the newest message received, not yet loaded
         self.slot["version"][...] = STOP_VERSION
         self.version = -1
+        self.seen = 0  # async tree: the newest publication taken
         self.loads = 0  # versions handed to on_params
 
     def _load(self, msg: Message) -> int:
@@ -177,10 +181,14 @@ class ParamsSubscriber:
         return out
 
     def _take_tree(self) -> bool:
-        """Poll the tree; load its newest version if newer than the one loaded."""
+        """Poll the tree; load its newest message if its version is newer than the one
+        loaded (a publication of the same version again only brings a newer credit)."""
         self.tree.poll()
         got = self.tree.latest_message()
-        if got is None or got[1] <= self.version:
+        if got is None or got[1] <= self.seen:
+            return False
+        self.seen = got[1]
+        if int(got[0]["version"]) <= self.version:
             return False
         self._load(got[0])
         return True
@@ -194,9 +202,17 @@ class ParamsSubscriber:
             self.tree.poll()
             return
         while self.inbox is not None and (msg := self.inbox.poll(self.root)) is not None:
-            if int(msg["version"]) > int(self.slot["version"]):
-                self.slot.copy_from(msg)
+            if int(msg["version"]) >= int(self.slot["version"]):  # the same again: a newer
+                self.slot.copy_from(msg)  # credit (sends to a leaf never overtake)
             self.inbox.release(self.root)
+
+    def newest(self) -> Message | None:
+        """The newest message :meth:`drain` took, loaded or not (None before the first);
+        asynchronous broadcasts only."""
+        if self.tree is not None:
+            got = self.tree.latest_message()
+            return None if got is None else got[0]
+        return self.slot if int(self.slot["version"]) != STOP_VERSION else None
 
     def take_newest(self) -> None:
         """Load the newest version that has arrived, if newer than the one loaded."""

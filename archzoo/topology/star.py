@@ -14,9 +14,12 @@ from archzoo.comm.base import Request, Transport
 from archzoo.messages import Message, Schema
 
 
-def params_schema(num_params: int) -> Schema:
-    """Flat float32 parameters plus the version (number of learner updates)."""
-    return Schema("params", [("params", np.float32, (num_params,)), ("version", np.int64, ())])
+def params_schema(num_params: int, ranks: int = 0) -> Schema:
+    """Flat float32 parameters plus the version (number of learner updates); with ``ranks``,
+    also ``used``: per rank, how many of its messages the learner has used (the credit of
+    :class:`~archzoo.comm.sender.SendWindow`)."""
+    fields = [("params", np.float32, (num_params,)), ("version", np.int64, ())]
+    return Schema("params", fields + ([("used", np.int64, (ranks,))] if ranks else []))
 
 
 class StarPublisher:
