@@ -142,9 +142,9 @@ def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner | R2D2Learner:
     learner_threads(cfg)
     if isinstance(cfg, R2D2Config):
         return R2D2Learner(q_network(cfg, spec), r2d2_loss(cfg), cfg.lr, cfg.target_update,
-                           cfg.max_grad_norm, torch.device(cfg.device))
+                           cfg.max_grad_norm, torch.device(cfg.device), cfg.lr_decay)
     dqn = DQNConfig(lr=cfg.lr, target_update_period=cfg.target_update,
-                    max_grad_norm=cfg.max_grad_norm)
+                    max_grad_norm=cfg.max_grad_norm, lr_decay=cfg.lr_decay)
     return DQNLearner(q_network(cfg, spec), dqn, torch.device(cfg.device))
 
 

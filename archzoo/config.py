@@ -453,6 +453,9 @@ class ApexConfig(RunConfig):
     eps_alpha: float = opt(7.0, "α of the ε ladder", group="actors")
     actor_batch: int = opt(256, "transitions per actor->replay message", group="actors")
     lr: float = opt(1e-3, "learning rate", group="learner")
+    lr_decay: bool = opt(False, "decay the learning rate linearly to 0 over the run's budget: "
+                         "--total-steps env steps of all actors or --time-limit seconds, "
+                         "whichever is spent faster (IMPALA's schedule)", group="learner")
     gamma: float = opt(0.99, "discount γ", group="learner")
     target_update: int = opt(250, "learner updates between target-network refreshes",
                              group="learner")
@@ -578,6 +581,9 @@ class GorilaConfig(ApexConfig):
         return world_size - self.ps_shards - 1 - self.learners
 
     def check(self, r: Rules) -> None:
+        r.need(not self.lr_decay, "--lr-decay: gorila's parameter-server shards apply the "
+               "gradients with their own optimiser, which keeps a constant learning rate; "
+               "use apex or r2d2 for a decayed one")
         r.need(self.topology in (None, "star", "native") or self.ps_shards == 1,
                f"gorila --topology {self.topology}: the pushed broadcast to the actors "
                f"starts from one shard holding the whole model (use --ps-shards 1, not "

@@ -443,6 +443,16 @@ class Monitor:
         origin = self.first_step_time or self.t_start
         return time.time() - origin
 
+    def budget_spent(self) -> float:
+        """The fraction of the run's budget used: env steps over ``total_steps`` or seconds
+        over the time limit, whichever is larger (0 without a budget)."""
+        spent = 0.0
+        if self.total_steps:
+            spent = self.env_steps / self.total_steps
+        if self.time_limit:
+            spent = max(spent, (time.time() - self.t_start) / self.time_limit)
+        return spent
+
     def check_stop(self) -> str | None:
         """'target', 'steps', 'time' or None; records the time to target once."""
         judged = self.judged_return()

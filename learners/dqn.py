@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from archzoo import eager
+from archzoo.learners.schedule import decay_lr
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict, dueling, make_torso
 
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
@@ -159,6 +160,7 @@ class DQNConfig:
     huber_delta: float = 1.0
     optimizer: str = "adam"  # "adam", "rmsprop" (Ape-X's centred RMSProp) or "sgd"
     adam_eps: float = 1e-5
+    lr_decay: bool = False  # lr linearly to 0 over the run's budget (:meth:`DQNLearner.spend`)
 
 
 class DQNLearner:
@@ -227,6 +229,14 @@ class DQNLearner:
         if self.version % self.cfg.target_update_period == 0:
             self.target.load_state_dict(self.model.state_dict())
         return float(grad_norm)
+
+    def spend(self, spent: float) -> None:
+        """The run has used the fraction ``spent`` of its budget (env steps or seconds,
+        whichever runs out first): with ``lr_decay`` the next updates take the learning rate
+        ``lr · (1 − spent)``, IMPALA's linear schedule (Espeholt et al. 2018, Appendix G);
+        otherwise nothing changes."""
+        if self.cfg.lr_decay:
+            decay_lr(self.opt, self.cfg.lr, spent)
 
     @torch.no_grad()
     def td_abs(self, batch: Mapping[str, np.ndarray | Tensor]) -> np.ndarray:

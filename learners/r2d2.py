@@ -180,9 +180,10 @@ class R2D2Learner(DQNLearner):
 
     def __init__(self, model: RecurrentQNetwork, cfg: R2D2LossConfig, lr: float,
                  target_update_period: int, max_grad_norm: float,
-                 device: torch.device) -> None:
+                 device: torch.device, lr_decay: bool = False) -> None:
         super().__init__(model, DQNConfig(lr=lr, target_update_period=target_update_period,
-                                          max_grad_norm=max_grad_norm, adam_eps=1e-3), device)
+                                          max_grad_norm=max_grad_norm, adam_eps=1e-3,
+                                          lr_decay=lr_decay), device)
         self.loss_cfg = cfg
 
     def update(self, batch: Mapping[str, np.ndarray | Tensor],

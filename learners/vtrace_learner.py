@@ -17,6 +17,7 @@ from torch import nn
 
 from archzoo import eager
 from archzoo.actors.unroll import CORE_FIELDS, core_inputs
+from archzoo.learners.schedule import decay_lr
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, loss_targets, step_loss
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 
@@ -136,8 +137,7 @@ class VTraceLearner:
         now = time.perf_counter()
         self.trained_s = self._resumed_s + now - self._first_update
         if self.lr_decay_steps or self.lr_decay_s:  # the next update's learning rate
-            for g in self.opt.param_groups:
-                g["lr"] = self.lr * max(0.0, 1.0 - self.budget_spent())
+            decay_lr(self.opt, self.lr, self.budget_spent())
         self.update_s += now - t0
         return stats
 

@@ -114,6 +114,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list
             replay.client.request(on_poll=service)  # prefetch the next batch while this trains
             lag = replay_lag_stats(learner.version, batch.data)  # the version it trains
             td, stats = learner.update(batch.data, batch.weights)
+            learner.spend(run.mon.budget_spent())  # --lr-decay
             run.mon.add_learner_stats({**stats, **lag})
             replay.client.update_priorities(batch, td)
             run.mon.updates = learner.version

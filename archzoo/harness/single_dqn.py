@@ -61,6 +61,7 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             batch = client.receive()
             lag = replay_lag_stats(learner.version, batch.data)
             td, stats = learner.update(batch.data, batch.weights)
+            learner.spend(mon.budget_spent())  # --lr-decay
             mon.add_learner_stats({**stats, **lag})
             client.update_priorities(batch, td)
         follow()
