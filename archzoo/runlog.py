@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from archzoo.learners.schedule import fraction_spent
 from archzoo.progress import Progress, ranks_heard, time_left
 from archzoo.records import Distribution, LagSummary
 
@@ -446,12 +447,8 @@ class Monitor:
     def budget_spent(self) -> float:
         """The fraction of the run's budget used: env steps over ``total_steps`` or seconds
         over the time limit, whichever is larger (0 without a budget)."""
-        spent = 0.0
-        if self.total_steps:
-            spent = self.env_steps / self.total_steps
-        if self.time_limit:
-            spent = max(spent, (time.time() - self.t_start) / self.time_limit)
-        return spent
+        return fraction_spent((self.env_steps, self.total_steps),
+                              (time.time() - self.t_start, self.time_limit))
 
     def check_stop(self) -> str | None:
         """'target', 'steps', 'time' or None; records the time to target once."""

@@ -17,7 +17,7 @@ from torch import nn
 
 from archzoo import eager
 from archzoo.actors.unroll import CORE_FIELDS, core_inputs
-from archzoo.learners.schedule import decay_lr
+from archzoo.learners.schedule import decay_lr, fraction_spent
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, loss_targets, step_loss
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 
@@ -144,12 +144,8 @@ class VTraceLearner:
     def budget_spent(self) -> float:
         """The fraction of the decay budget spent: the larger of env steps trained on over
         ``lr_decay_steps`` and seconds of training over ``lr_decay_s``."""
-        spent = 0.0
-        if self.lr_decay_steps:
-            spent = self.steps_trained / self.lr_decay_steps
-        if self.lr_decay_s:
-            spent = max(spent, self.trained_s / self.lr_decay_s)
-        return spent
+        return fraction_spent((self.steps_trained, self.lr_decay_steps),
+                              (self.trained_s, self.lr_decay_s))
 
     def _reuse(self, b: dict[str, torch.Tensor]) -> dict[str, float]:
         """``epochs`` passes over ``b``, each in ``minibatches`` random groups; returns the
