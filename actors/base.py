@@ -55,7 +55,9 @@ class EnvStep:
 def vector_seed(envs: object, seeds: list[int]) -> int | list[int] | np.ndarray:
     """``seeds`` (one per env) as ``envs.reset`` takes them: a list for gymnasium's
     Sync/AsyncVectorEnv, an array for ale-py's AtariVectorEnv, and the first alone for a
-    batched numpy env that draws every env from one generator (CartPole's)."""
+    batched numpy env that draws every env from one generator (CartPole's). A wrapped
+    vector env (archzoo/latency.py's) takes the seeds as the env it wraps."""
+    envs = getattr(envs, "unwrapped", envs)
     if isinstance(envs, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
         return seeds
     if type(envs).__name__ == "AtariVectorEnv":
@@ -66,11 +68,12 @@ def vector_seed(envs: object, seeds: list[int]) -> int | list[int] | np.ndarray:
 class EnvActor:
     """E envs, each reset with its own seed spawned from ``seed`` (archzoo/seeding.py), a
     random generator from the same seed, and the counters
-    (env steps, episodes, seconds in envs and in inference) every actor reports."""
+    (env steps, episodes, seconds in envs and in inference) every actor reports. With the
+    spec's ``latency`` (``--env-latency-ms``) each step of the E envs waits once."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, seed: int) -> None:
         self.spec, self.E = spec, num_envs
-        self.envs = make_vector_env(spec, num_envs)
+        self.envs = make_vector_env(spec, num_envs, latency=spec.latency, seed=seed)
         self.obs, _ = self.envs.reset(seed=vector_seed(self.envs, env_seeds(seed, num_envs)))
         self.rng = sampler(seed)
         self.tracker = EpisodeTracker(num_envs)

@@ -40,9 +40,14 @@ from archzoo.topology.star import params_schema
 
 
 def env_spec(cfg: RunConfig) -> EnvSpec:
-    """The environment as the flags make it (id, kwargs, episodic life, reward clipping)."""
+    """The environment as the flags make it (id, kwargs, episodic life, reward clipping,
+    the latency of an actor's vector step)."""
+    from archzoo.latency import EnvLatency
+
+    latency = EnvLatency(cfg.env_latency_ms, cfg.env_latency_jitter_ms, cfg.env_latency_spin)
     return envs.env_spec(cfg.env, cfg.env_kwargs, episodic_life=cfg.episodic_life,
-                         clip_rewards=cfg.clip_rewards, imports=cfg.env_import)
+                         clip_rewards=cfg.clip_rewards, imports=cfg.env_import,
+                         latency=latency)
 
 
 def core(cfg: RunConfig) -> tuple[int, bool]:

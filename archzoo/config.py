@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,16 @@ class RunConfig:
     clip_rewards: bool | None = opt(None, "clip rewards to [-1, 1] inside the losses (default: "
                                     "on for ALE ids); logged returns stay raw game scores",
                                     group="environment and model")
+    env_latency_ms: float = opt(0.0, "every vector step of an actor waits this many ms in a "
+                                "sleep (no CPU), once for all its envs: a model of a remote or "
+                                "slow simulator (archzoo/latency.py)",
+                                group="environment and model")
+    env_latency_jitter_ms: float = opt(0.0, "each wait drawn uniformly from --env-latency-ms "
+                                       "± this (<= --env-latency-ms)",
+                                       group="environment and model")
+    env_latency_spin: float = opt(0.0, "fraction of each wait spent as CPU work instead of a "
+                                  "sleep (a partly local simulator)",
+                                  group="environment and model")
     model: str = opt("auto", "torso: mlp, nature-cnn, impala-cnn, impala-cnn-no-residual "
                      "(its residual blocks dropped), minatar-cnn (the MinAtar paper's) or "
                      "package.module:factory "
@@ -173,8 +184,19 @@ class RunConfig:
             r.positive(self, name)
         r.at_least(self, "keep_checkpoints", 1)
         r.at_least(self, "min_actors", 1)
+        if self.actors:
+            r.need(self.min_actors <= self.actors, f"--min-actors {self.min_actors} exceeds "
+                   f"--actors {self.actors}: the run could never have that many alive (give "
+                   f"--actors {self.min_actors} or more)")
+        if self.wandb:
+            from archzoo.extras import problem
+
+            r.need(problem("wandb", "--wandb") is None, problem("wandb", "--wandb") or "")
         r.at_least(self, "max_restarts", 0)
         r.at_least(self, "record_video", 0)
+        latency = latency_problem(self.env_latency_ms, self.env_latency_jitter_ms,
+                                  self.env_latency_spin)
+        r.need(latency is None, latency or "")
         if self.actors is not None:
             r.at_least(self, "actors", 0)
         if self.straggler is not None:
@@ -219,6 +241,20 @@ class RunConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def latency_problem(ms: float, jitter_ms: float, spin: float) -> str | None:
+    """The first broken rule of the env-latency flags (archzoo/latency.py), or None."""
+    for flag, v in (("--env-latency-ms", ms), ("--env-latency-jitter-ms", jitter_ms),
+                    ("--env-latency-spin", spin)):
+        if not (math.isfinite(v) and v >= 0):
+            return f"{flag} must be a finite number >= 0, got {v}"
+    if jitter_ms > ms:
+        return (f"--env-latency-jitter-ms {jitter_ms:g} must be <= --env-latency-ms {ms:g} "
+                "(each wait is drawn from [L - J, L + J], its mean L)")
+    if spin > 1:
+        return f"--env-latency-spin must be in [0, 1] (a fraction of the wait), got {spin}"
+    return None
 
 
 def _step_cost(env_kwargs: str) -> float:

@@ -17,6 +17,8 @@ message and in replay, and become float only inside the network.
   as they are: 10×10×C bool grids.
 - ``--env-kwargs`` (a JSON object) go to ``gym.make``, or to ``AtariVectorEnv`` for ALE ids
   (e.g. ``{"repeat_action_probability": 0.0}``).
+- ``--env-latency-ms`` (:class:`archzoo.latency.Latency`): every vector step of an actor
+  waits that long in a sleep, once for all its envs, as a remote or slow simulator would.
 - ``render_mode="rgb_array"`` (:func:`make_vector_env`; archzoo/video.py films with it):
   ``env.render()`` returns each env's own frame (CartPole's cart, MinAtar's grid in colour,
   the Atari screen). ``AtariVectorEnv`` cannot render, so an ALE id is then one gymnasium
@@ -49,11 +51,14 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from archzoo.extras import require
+
+if TYPE_CHECKING:
+    from archzoo.latency import EnvLatency
 
 ATARI_DEFAULTS: dict[str, Any] = {
     "repeat_action_probability": 0.25, "noop_max": 30, "frameskip": 4, "maxpool": True,
@@ -92,6 +97,7 @@ class EnvSpec:
     episodic_life: bool = False
     clip_rewards: bool = False
     imports: tuple[str, ...] = ()  # --env-import: modules that register the id
+    latency: EnvLatency | None = None  # --env-latency-ms: each actor's vector step waits
 
     @property
     def image(self) -> bool:
@@ -294,11 +300,13 @@ def check_env_id(env_id: str, imports: tuple[str, ...] | str = ()) -> None:
 
 def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
              episodic_life: bool = False, clip_rewards: bool | None = None,
-             imports: tuple[str, ...] | str = ()) -> EnvSpec:
+             imports: tuple[str, ...] | str = (),
+             latency: EnvLatency | None = None) -> EnvSpec:
     """Spaces of ``env_id`` made with ``kwargs``; only Box observations and Discrete actions.
 
     ``clip_rewards`` None means: on for ALE ids, off otherwise. ``imports``: the modules
-    of ``--env-import``."""
+    of ``--env-import``; ``latency``: the wait of an actor's vector step (archzoo/latency.py).
+    """
     gym = _gym(_name(env_id))
     imports = parse_env_imports(imports)
     check_env_id(env_id, imports)
@@ -326,7 +334,8 @@ def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
         raise EnvError(f"{env_id}: observations of dtype {dtype} are not supported")
     return EnvSpec(env_id, tuple(obs.shape), dtype.str, int(act.n),
                    tuple(sorted(kw.items())), atari, episodic_life,
-                   atari if clip_rewards is None else clip_rewards, imports)
+                   atari if clip_rewards is None else clip_rewards, imports,
+                   latency if latency else None)
 
 
 def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
@@ -385,16 +394,25 @@ def _atari_rendered(spec: Any, kw: dict[str, Any], render_mode: str):
     return env
 
 
-def make_vector_env(env: str | EnvSpec, num_envs: int, render_mode: str | None = None):
+def make_vector_env(env: str | EnvSpec, num_envs: int, render_mode: str | None = None,
+                    latency: EnvLatency | None = None, seed: int | None = None):
     """A vector env with next-step autoreset, for an id or an :class:`EnvSpec`.
 
     ALE games run in ale-py's ``AtariVectorEnv`` (C++ threads); other ids use the env's own
     vectorised implementation when it registers one (CartPole does: a numpy batch of all
     envs), else ``SyncVectorEnv`` (one process, envs in a loop); so do a user's factories.
     ``render_mode`` (``"rgb_array"``) goes to the envs (see the module's docstring for ALE
-    ids); ``render()`` then returns one frame per env.
+    ids); ``render()`` then returns one frame per env. ``latency``: every step waits, in
+    :class:`archzoo.latency.Latency` (its jitter drawn from ``seed``); actors pass their
+    spec's (actors/base.py), evaluation envs none.
     """
     if isinstance(env, str):
-        return _make(env, num_envs, {}, is_atari(env), False, render_mode=render_mode)
-    return _make(env.env_id, num_envs, dict(env.kwargs), env.atari, env.episodic_life,
-                 env.imports, render_mode)
+        envs = _make(env, num_envs, {}, is_atari(env), False, render_mode=render_mode)
+    else:
+        envs = _make(env.env_id, num_envs, dict(env.kwargs), env.atari, env.episodic_life,
+                     env.imports, render_mode)
+    if latency:
+        from archzoo.latency import with_latency
+
+        envs = with_latency(envs, latency, seed)
+    return envs
