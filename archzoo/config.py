@@ -184,14 +184,6 @@ class RunConfig:
             r.positive(self, name)
         r.at_least(self, "keep_checkpoints", 1)
         r.at_least(self, "min_actors", 1)
-        if self.actors:
-            r.need(self.min_actors <= self.actors, f"--min-actors {self.min_actors} exceeds "
-                   f"--actors {self.actors}: the run could never have that many alive (give "
-                   f"--actors {self.min_actors} or more)")
-        if self.wandb:
-            from archzoo.extras import problem
-
-            r.need(problem("wandb", "--wandb") is None, problem("wandb", "--wandb") or "")
         r.at_least(self, "max_restarts", 0)
         r.at_least(self, "record_video", 0)
         latency = latency_problem(self.env_latency_ms, self.env_latency_jitter_ms,
