@@ -56,7 +56,8 @@ class SequenceActor(EnvActor):
     messages (:func:`sequence_fields` plus ``priority`` and ``count``)."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, length: int, period: int,
-                 model: nn.Module, eps: float, seed: int, loss: R2D2LossConfig) -> None:
+                 model: nn.Module, eps: float | np.ndarray, seed: int,
+                 loss: R2D2LossConfig) -> None:
         super().__init__(spec, num_envs, seed)
         if not 1 <= period <= length:
             raise ValueError(f"the period between sequences must be in [1, {length}], "

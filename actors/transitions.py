@@ -24,11 +24,23 @@ def epsilon(i: int, n: int, base: float = 0.4, alpha: float = 7.0) -> float:
     return base if n <= 1 else base ** (1 + alpha * i / (n - 1))
 
 
+def ladder_over_envs(num_envs: int, rungs: int, base: float = 0.4,
+                     alpha: float = 7.0) -> np.ndarray:
+    """ε per env when one process stands in for ``rungs`` actors: the envs split into
+    ``rungs`` contiguous groups (as even as they go), group i at :func:`epsilon` (i, rungs),
+    so its exploration is that of a ``rungs``-actor run."""
+    groups = np.array_split(np.arange(num_envs), rungs)
+    eps = np.empty(num_envs, np.float64)
+    for i, g in enumerate(groups):
+        eps[g] = epsilon(i, rungs, base, alpha)
+    return eps
+
+
 class TransitionActor(EnvActor):
     """Steps E envs ε-greedily with a local Q-network and fills transition messages."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, n_step: int, gamma: float,
-                 model: nn.Module, eps: float, seed: int) -> None:
+                 model: nn.Module, eps: float | np.ndarray, seed: int) -> None:
         super().__init__(spec, num_envs, seed)
         self.model, self.eps, self.A = model, eps, spec.num_actions
         self.nstep = NStepAssembler(num_envs, n_step, gamma, spec.obs_shape, spec.obs_dtype)

@@ -127,7 +127,7 @@ class RunConfig:
     threads: int = opt(1, "torch threads per process", group="run")
     learner_threads: int = opt(0, "torch threads of the process that runs the learner "
                                "(IMPALA, SEED RL, GA3C, Ape-X, Gorila, R2D2; with --actors 0, "
-                               "the one process); 0: --threads", group="run")
+                               "the one process of every architecture); 0: --threads", group="run")
     quiet: bool = opt(False, "no progress display (a live panel on a terminal, else a line "
                              "per metrics row)", group="run")
     straggler: str | None = opt(None, "RANK:FACTOR: rank RANK steps its envs FACTOR times "
@@ -479,6 +479,10 @@ class ApexConfig(RunConfig):
                                     "inserting wait to keep it (0 = no limit)", group="replay")
     eps_base: float = opt(0.4, "ε of the ladder", group="actors")
     eps_alpha: float = opt(7.0, "α of the ε ladder", group="actors")
+    eps_ladder: int = opt(0, "--actors 0: split the envs into K groups, group i acting with "
+                          "actor i's ε of a K-actor ladder (the exploration of a K-actor run, "
+                          "for an equal-exploration baseline); 0: every env at --eps-base",
+                          group="actors")
     actor_batch: int = opt(256, "transitions per actor->replay message", group="actors")
     lr: float = opt(1e-3, "learning rate", group="learner")
     lr_decay: bool = opt(False, "decay the learning rate linearly to 0 over the run's budget: "
@@ -523,6 +527,12 @@ class ApexConfig(RunConfig):
         r.positive(self, "lr")
         r.within(self, "gamma", 0.0, 1.0)
         r.positive(self, "eval_interval")
+        r.at_least(self, "eps_ladder", 0)
+        r.need(self.eps_ladder == 0 or not self.actors, f"--eps-ladder {self.eps_ladder} "
+               "applies to --actors 0 (one process); with actors each explores with its own "
+               "rung of the ladder")
+        r.need(self.eps_ladder <= self.envs_per_actor, f"--eps-ladder {self.eps_ladder} "
+               f"exceeds --envs-per-actor {self.envs_per_actor}: every rung needs an env")
         r.need(self.replay_capacity >= max(1, self.replay_shards) * self.batch_size,
                f"--replay-capacity {self.replay_capacity} must hold at least one batch "
                f"(--batch-size {self.batch_size}) per replay shard")

@@ -61,6 +61,7 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """One actor-learner; the parameter server's update rule runs in-process."""
     cfg = ctx.cfg
+    builders.learner_threads(cfg)  # the one process takes the learner's threads
     model = builders.actor_critic(cfg, spec)
     flat = np.zeros(num_params(model), np.float32)
     get_flat(model, flat)

@@ -144,7 +144,8 @@ def _summary(ctx: RankContext, agent: Agent, timing: dict[str, float], rounds: i
 
 
 def run_single(ctx: RankContext, spec: EnvSpec, agent: Agent) -> dict[str, Any]:
-    """One agent, no gossip: the A2C baseline."""
+    """One agent, no gossip: the A2C baseline (with the learner's threads)."""
+    builders.learner_threads(ctx.cfg)
     meta = builders.policy_meta(ctx.cfg, spec)
     run_dir, mon = harness.open_run(ctx, parts={"agent": agent}, policy=(agent.model, meta))
     stop = None

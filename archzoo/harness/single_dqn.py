@@ -1,7 +1,9 @@
 """The single-process DQN-family baseline (``--actors 0`` of Ape-X and Gorila).
 
 One ε-greedy actor, a replay memory and a double-DQN learner in one process, with the
-same components and the same greedy evaluation as the distributed runs.
+same components and the same greedy evaluation as the distributed runs. With
+``--eps-ladder K`` its envs explore as K actors of Ape-X's ladder would (the
+equal-exploration baseline of a K-actor run).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import numpy as np
 
 from archzoo import builders
 from archzoo.actors.evaluation import GreedyEvaluator
+from archzoo.actors.transitions import ladder_over_envs
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed, finish_single, open_run
@@ -33,7 +36,9 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                             policy=(learner.model, builders.policy_meta(cfg, spec)))
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.q_network(cfg, spec)
-    actor = builders.transition_actor(cfg, spec, policy, cfg.eps_base, actor_seed(cfg.seed, 0))
+    eps = (ladder_over_envs(cfg.envs_per_actor, cfg.eps_ladder, cfg.eps_base, cfg.eps_alpha)
+           if cfg.eps_ladder else cfg.eps_base)  # --eps-ladder K: the exploration of K actors
+    actor = builders.transition_actor(cfg, spec, policy, eps, actor_seed(cfg.seed, 0))
     evaluator = GreedyEvaluator(spec, cfg.eval_episodes, evaluator_seed(cfg.seed, 0))
     memory = builders.replay_memory(cfg, spec, cfg.replay_capacity, cfg.seed)
     limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert or SINGLE_PROCESS_SPI,
@@ -78,4 +83,5 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     return finish_single(ctx, run_dir, mon, stop, learner,
                          {"env": actor.env_s, "inference": actor.inference_s},
                          builders.policy_meta(cfg, spec),
-                         {"replay_size": len(memory), "replay_inserted": limiter.inserted})
+                         {"replay_size": len(memory), "replay_inserted": limiter.inserted,
+                          "epsilon": np.unique(eps).tolist()})
