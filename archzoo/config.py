@@ -119,7 +119,9 @@ class RunConfig:
     run_dir: str | None = opt(None, "default runs/ARCH-ENV-BACKEND-TIME", group="run")
     device: str = opt("auto", "learner device", choices=("auto", "cpu", "cuda"), group="run")
     config: str | None = opt(None, "TOML or JSON file of flag values, or the name of a "
-                             "bundled preset: minatar, atari (archzoo list --configs)",
+                             "bundled preset: minatar, atari (archzoo list --configs); "
+                             "default: a MinAtar/ or ALE/ id takes its family's preset "
+                             "(all but env, --total-steps and --time-limit); none: no preset",
                              group="run")
     comm_timeout: float = opt(60.0, "deadline (s) of every wait on a peer", group="run")
     startup_timeout: float = opt(120.0, "deadline (s) for all ranks to join", group="run")

@@ -306,10 +306,27 @@ def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
         arch, values = resumed_values(resume, args.arch, {k: getattr(args, k) for k in given},
                                       cls)
         return cls(arch=arch, **values), given | {"run_dir", "resume"}
-    values = load_config_file(args.config, cls, args.arch) \
-        if getattr(args, "config", None) else {}
+    values = preset_values(args, cls)
     values.update({k: getattr(args, k) for k in given})
     return cls(arch=args.arch, **values), given
+
+
+def preset_values(args: argparse.Namespace, cls: type[RunConfig]) -> dict[str, Any]:
+    """The flag values beneath the command line: ``--config``'s file or preset, or with no
+    ``--config`` the preset of the env's family (all but its env and limits), or none."""
+    config = getattr(args, "config", None)
+    if config == presets.NONE:
+        return {}
+    if config is not None:
+        return load_config_file(config, cls, args.arch)
+    env = getattr(args, "env", cls.__dataclass_fields__["env"].default)
+    name = presets.family(env)
+    if name is None or presets.find(name, args.arch) is None:
+        return {}
+    values = load_config_file(name, cls, args.arch)
+    for key in presets.AUTO_SKIPS:
+        values.pop(key.replace("-", "_"), None)
+    return {**values, "config": name}
 
 
 def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, int]:

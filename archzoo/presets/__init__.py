@@ -2,8 +2,11 @@
 
 ``--config minatar`` (a bare name: no path separator, no extension, not an existing file)
 is the architecture's preset ``archzoo/presets/minatar/ARCH.toml``; ``archzoo list
---configs`` lists them. The files are package data, read through :mod:`importlib.resources`,
-so an installed archzoo (editable or not) finds them from any directory.
+--configs`` lists them. A run on an id of a family (:data:`FAMILIES`: ``MinAtar/``,
+``ALE/``) without ``--config`` takes that family's preset for its architecture, less the
+env and the limits (:data:`AUTO_SKIPS`); ``--config none`` takes none. The files are
+package data, read through :mod:`importlib.resources`, so an installed archzoo (editable or
+not) finds them from any directory.
 """
 
 from __future__ import annotations
@@ -13,6 +16,13 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 
 SUFFIX = ".toml"
+
+FAMILIES = {"MinAtar/": "minatar", "ALE/": "atari"}
+"""Env-id prefixes whose runs take a bundled preset when no ``--config`` is given."""
+AUTO_SKIPS = ("env", "total-steps", "time-limit")
+"""What a family's preset does not set when it applies by itself: the run's env and limits."""
+NONE = "none"
+"""``--config none``: no preset, not even the env family's."""
 
 
 def _root() -> Traversable:
@@ -57,6 +67,12 @@ def envs(name: str) -> list[str]:
         if env is not None and env not in seen:
             seen.append(str(env))
     return seen
+
+
+def family(env: str) -> str | None:
+    """The bundled preset of ``env``'s family (``MinAtar/Breakout-v1`` -> ``minatar``), or
+    None for an env outside the families."""
+    return next((name for prefix, name in FAMILIES.items() if env.startswith(prefix)), None)
 
 
 def describe() -> list[str]:
