@@ -63,6 +63,9 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--video", metavar="FILE.mp4", default=None,
                     help="film the episodes into this video: the env's own frames, one per "
                     "reset and one per step (default: none)")
+    ev.add_argument("--parallel", action="store_true",
+                    help="play the episodes at once, one env each (one forward pass per step "
+                    "for all of them; no --video)")
     return p
 
 
