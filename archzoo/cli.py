@@ -45,7 +45,8 @@ def build_parser(arch: str | None = None) -> argparse.ArgumentParser:
                     "NAME: the env each sets and the architectures it has")
     sub.add_parser("study", help="sweep topologies/actors/backends/modes (archzoo study -h)",
                    add_help=False)
-    sub.add_parser("bench", help="archzoo bench comm: collectives per topology (-h)",
+    sub.add_parser("bench", help="archzoo bench comm: collectives per topology; archzoo "
+                   "bench learning: the learning benchmark (-h)",
                    add_help=False)
     sub.add_parser("plot", help="learning curves of run directories in one figure "
                    "(archzoo plot -h)", add_help=False)
@@ -152,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             from archzoo import benchcomm
 
             return benchcomm.main(argv[2:])
+        if argv[:2] == ["bench", "learning"]:
+            from archzoo import benchlearn
+
+            return benchlearn.main(argv[2:])
         if any(a in ("-h", "--help") for a in argv):
             build_parser(arch_from_argv(argv)).parse_args(argv)
         if argv[:1] == ["run"]:

@@ -10,10 +10,13 @@ includes it):
 - ``mpi``: the MPI engine (``--backend mpi``, runs under ``mpiexec``) — mpi4py and MPICH;
 - ``tensorboard``: TensorBoard event files in the run directory;
 - ``video``: ``archzoo eval --video`` and ``--record-video`` — imageio, its ffmpeg and
-  pygame (CartPole's renderer).
+  pygame (CartPole's renderer);
+- ``bench``: the learning benchmark's statistics (``archzoo bench learning``) — rliable,
+  with ``arch<8`` and ``pandas<3`` (arch 7 does not import under pandas 3).
 
 :func:`require` imports what an extra provides, or raises :class:`MissingExtra` with one
-line that names the extra and the command that installs it.
+line that names the extra and the command that installs it; :func:`problem` is that line
+for a check before anything starts (it finds the modules without importing them).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mpi": ("mpi4py",),
     "tensorboard": ("tensorboard",),
     "video": ("imageio", "imageio_ffmpeg"),
+    "bench": ("rliable", "arch", "pandas"),
 }
 
 

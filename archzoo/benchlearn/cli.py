@@ -1,0 +1,272 @@
+"""``archzoo bench learning grid|tune|choose|page|status``: the learning benchmark's commands.
+
+    archzoo bench learning tune --archs impala seed       # candidates on seeds 100, 101
+    archzoo bench learning choose --archs impala seed     # the best into each preset
+    archzoo bench learning grid                           # every reported cell not yet run
+    archzoo bench learning grid --games MinAtar/Breakout-v1 --archs impala --dry-run
+    archzoo bench learning page --out docs/results.md     # the page and its figures
+    archzoo bench learning status                         # cells done, left, hours
+
+``benchmarks/bench_learning.py`` is the same command. Every run appends a record to
+``--store`` (benchmarks/results/learning.jsonl); a cell already there is not run again
+unless ``--rerun``. Between cells the grid waits while ``--pause-file`` exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from archzoo.benchlearn import protocol as P
+from archzoo.benchlearn import store, tuning
+from archzoo.benchlearn.runner import ROOT, run_cell
+from archzoo.errors import EXIT_USAGE, UsageError
+
+STORE = ROOT / "benchmarks" / "results" / "learning.jsonl"
+PAGE = ROOT / "docs" / "results.md"
+RANDOM_EPISODES = 100
+LOCK_GAP_S = 3.0
+
+
+@contextmanager
+def exclusive(path: Path | None) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the duration (nothing when ``path`` is None)."""
+    if path is None:
+        yield
+        return
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def parser() -> argparse.ArgumentParser:
+    from archzoo.resolve import UsageParser
+
+    p = UsageParser(prog="archzoo bench learning", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=UsageParser)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--store", type=Path, default=STORE, help=f"default: {STORE}")
+        q.add_argument("--preset", default="minatar", help="bundled preset of every setup "
+                       "(none: the architectures' defaults); default: minatar")
+        q.add_argument("--minutes", type=float, default=P.MINUTES, help="wall time per run")
+
+    def running(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--archs", nargs="+", default=list(P.ARCHS), choices=P.ARCHS)
+        q.add_argument("--run-root", type=Path, default=None, help="run directories "
+                       "(default: a new temporary directory)")
+        q.add_argument("--rerun", action="store_true", help="run cells the store has")
+        q.add_argument("--dry-run", action="store_true", help="print the commands only")
+        q.add_argument("--pause-file", type=Path, default=None,
+                       help="between cells, wait while this file exists")
+        q.add_argument("--lock", type=Path, default=None, help="hold an exclusive flock on "
+                       "this file during each cell, so that jobs taking the same lock wait "
+                       "for it (and get their turn between cells)")
+
+    g = sub.add_parser("grid", help="the reported cells")
+    common(g)
+    running(g)
+    g.add_argument("--games", nargs="+", default=list(P.GAMES))
+    g.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="default: 0-4 on Breakout, 0-2 on the other games")
+    t = sub.add_parser("tune", help="the candidates of each preset on tuning seeds")
+    common(t)
+    running(t)
+    t.add_argument("--seeds", type=int, nargs="+", default=[P.TUNING_SEEDS,
+                                                            P.TUNING_SEEDS + 1])
+    t.add_argument("--game", default=tuning.TUNING_GAME)
+    c = sub.add_parser("choose", help="write each architecture's best candidate into its "
+                       "preset")
+    common(c)
+    c.add_argument("--archs", nargs="+", default=list(P.ARCHS), choices=P.ARCHS)
+    c.add_argument("--no-apply", action="store_true", help="print the choice, change nothing")
+    pg = sub.add_parser("page", help="docs/results.md and its figures from the store")
+    common(pg)
+    pg.add_argument("--out", type=Path, default=PAGE, help=f"default: {PAGE}")
+    s = sub.add_parser("status", help="cells done and left, and the hours left")
+    common(s)
+    s.add_argument("--archs", nargs="+", default=list(P.ARCHS), choices=P.ARCHS)
+    s.add_argument("--games", nargs="+", default=list(P.GAMES))
+    return p
+
+
+def _preset(args: argparse.Namespace) -> str | None:
+    return None if args.preset == "none" else args.preset
+
+
+def report_cells(args: argparse.Namespace) -> list[tuple[P.Setup, str, int]]:
+    seeds = {g: (args.seeds if args.seeds is not None else P.seeds_for(g)) for g in args.games}
+    P.check_seeds([s for ss in seeds.values() for s in ss], "report")
+    setups = {a: P.setups(a, _preset(args)) for a in args.archs}
+    return list(P.cells(args.archs, args.games, seeds, setups))
+
+
+def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
+              purpose: str) -> int:
+    """Run the cells of ``todo`` the store does not have yet (all with ``--rerun``)."""
+    have = store.newest(store.read(args.store))
+    preset = _preset(args)
+    def key(setup: P.Setup, game: str, seed: int) -> tuple:
+        return (purpose, preset or "none", setup.name, game, seed, float(args.minutes))
+
+    left = [c for c in todo if args.rerun or key(*c) not in have]
+    if len(todo) > len(left):
+        print(f"{len(todo) - len(left)} cell(s) kept from {args.store} (--rerun runs them "
+              "again)", file=sys.stderr)
+    root = args.run_root or (Path("RUN_ROOT") if args.dry_run else
+                             Path(tempfile.mkdtemp(prefix="bench-learning-")))
+    from archzoo.benchlearn.runner import command
+
+    spent: list[float] = []
+    for n, (setup, game, seed) in enumerate(left, 1):
+        slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
+        run_dir = root / f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
+        if args.dry_run:
+            print(shlex.join(["python", *command(setup, game, seed, args.minutes, preset,
+                                                 run_dir)[1:]]))
+            continue
+        while args.pause_file is not None and args.pause_file.exists():
+            time.sleep(5)
+        eta = f", about {statistics.fmean(spent) * (len(left) - n + 1) / 3600:.1f} h left" \
+            if spent else ""
+        print(f"[{n}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}", file=sys.stderr,
+              flush=True)
+        t0 = time.time()
+        with exclusive(args.lock):
+            record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose)
+        store.append(args.store, record)
+        if args.lock is not None:
+            time.sleep(LOCK_GAP_S)  # a job waiting for the lock takes it now
+        spent.append(time.time() - t0)
+        r = record["readouts"]
+        print(f"    failed: {record['error']}" if record["error"] else
+              f"    eval {r['eval']}, train100 {r['train']}, "
+              f"{record['summary'].get('env_steps') or 0:,} agent steps", file=sys.stderr,
+              flush=True)
+    return 0
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    todo = report_cells(args)
+    if _preset(args) is not None:
+        records = store.read(args.store)
+        for arch in args.archs:
+            tuning.check_chosen(records, arch, args.preset)
+    if not args.dry_run:
+        random_policies(args.store, args.games)
+    return run_cells(args, todo, "report")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    P.check_seeds(args.seeds, "tune")
+    if _preset(args) is None:
+        raise UsageError("tune chooses a preset: give --preset NAME")
+    setups = {a: tuning.tuning_setups(a, args.preset) for a in args.archs}
+    todo = list(P.cells(args.archs, [args.game], {args.game: args.seeds}, setups))
+    return run_cells(args, todo, "tune")
+
+
+def cmd_choose(args: argparse.Namespace) -> int:
+    from archzoo import presets
+
+    records = store.read(args.store)
+    for arch in args.archs:
+        choice = tuning.choose(records, arch, args.preset)
+        means = ", ".join(f"{n} {c['mean']}" for n, c in choice["candidates"].items())
+        print(f"{arch}: {means}; chosen: {choice['chosen']}")
+        if not args.no_apply:
+            path = Path(presets.__file__).parent / args.preset / f"{arch}.toml"
+            store.append(args.store, tuning.apply(choice, path))
+    return 0
+
+
+def cmd_page(args: argparse.Namespace) -> int:
+    from archzoo.benchlearn.page import page
+
+    records = store.read(args.store)
+    rel = args.store.resolve().relative_to(ROOT) if args.store.resolve().is_relative_to(
+        ROOT) else args.store
+    commands = ["archzoo bench learning tune && archzoo bench learning choose",
+                "archzoo bench learning grid --games MinAtar/Breakout-v1",
+                "archzoo bench learning grid", f"archzoo bench learning page --out {PAGE.name}"]
+    text = page(records, args.preset, args.minutes, args.out.parent / "figures", str(rel),
+                commands)
+    args.out.write_text(text)
+    print(f"wrote {args.out} ({len(text.splitlines())} lines) and its figures",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    args.seeds = None
+    todo = report_cells(args)
+    have = store.newest(store.read(args.store))
+    done = [r for r in have.values() if r["purpose"] == "report"
+            and r["preset"] == args.preset and r["minutes"] == args.minutes]
+    keys = {(s.name, g, seed) for s, g, seed in todo}
+    finished = [r for r in done if (r["setup"], r["game"], r["seed"]) in keys]
+    mean_s = statistics.fmean(r["wall_s"] + 30 for r in finished) if finished else \
+        args.minutes * 60 + 40
+    left = len(todo) - len(finished)
+    print(f"{len(finished)} of {len(todo)} cells done; {left} left, about "
+          f"{left * mean_s / 3600:.1f} h; the whole grid about {len(todo) * mean_s / 3600:.1f} h "
+          "of machine time")
+    return 0
+
+
+def random_policies(path: Path, games: list[str]) -> None:
+    """The random policy's mean return per game, measured once into the store."""
+    have = {r["game"] for r in store.read(path) if r.get("kind") == "random"}
+    for game in games:
+        if game not in have:
+            print(f"random policy on {game}: {RANDOM_EPISODES} episodes", file=sys.stderr)
+            store.append(path, {"kind": "random", "game": game,
+                                **random_policy(game, RANDOM_EPISODES)})
+
+
+def random_policy(game: str, episodes: int, seed: int = 0) -> dict:
+    """Mean return of uniformly random actions over ``episodes`` whole episodes."""
+    import gymnasium as gym
+
+    if game.startswith("MinAtar/") and game not in gym.registry:
+        import minatar.gym
+
+        minatar.gym.register_envs()
+    env = gym.make(game)
+    env.action_space.seed(seed)
+    returns = []
+    for i in range(episodes):
+        env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return {"mean_return": statistics.fmean(returns), "std": statistics.pstdev(returns),
+            "episodes": episodes, "seed": seed}
+
+
+COMMANDS = {"grid": cmd_grid, "tune": cmd_tune, "choose": cmd_choose, "page": cmd_page,
+            "status": cmd_status}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"archzoo bench learning: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
