@@ -8,6 +8,12 @@ per rank, topology rounds). ``study.png`` plots fps and time to target per grid 
     archzoo study --arch impala --mode sync --topology star,tree,butterfly --actors 1,2 \\
         --out study/ -- --total-steps 300000
 
+``--env-latency-ms 0,5,20`` adds points whose actors' vector steps each wait that long
+(archzoo/latency.py: a model of a remote or slow simulator), and ``--store FILE.jsonl``
+appends one record per point (its commit, resolved config, threads, machine, the summary
+and the scaling read-outs of :func:`scaling_metrics`) and skips the points the store already
+holds, so a long sweep resumes where it stopped (benchmarks/bench_scaling.py).
+
 ``--link netns:1gbit`` runs each point across two simulated hosts (archzoo.simhosts, a 1 Gbit/s
 link; needs root): the servers (learner, ...) alone on host 0, the actors on host 1, started as
 on two machines (archzoo.multinode). ``--straggler none,1:4`` adds points where rank 1's envs
@@ -27,6 +33,7 @@ import argparse
 import csv
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,7 +50,9 @@ COLUMNS = ("arch", "topology", "actors", "backend", "link", "mode", "seed", "str
            "eval_mean_return", "world_size", "topology_rounds", "root_msgs_sent",
            "root_bytes_sent", "max_other_bytes_sent", "total_msgs_sent", "total_bytes_sent",
            "wall_s", "learner_updates", "root_bytes_per_update", "root_comm_s_per_update",
-           "policy_lag_mean", "run_dir")
+           "policy_lag_mean", "env_latency_ms", "agent_steps_per_s", "learner_updates_per_s",
+           "learner_busy", "infer_batch_mean", "infer_latency_ms", "policy_lag_s_mean",
+           "root_bytes", "root_bytes_per_s", "run_dir")
 
 
 def _csv_list(kind):
@@ -81,6 +90,12 @@ def build_parser(parser_class=argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--link", type=_csv_list(str), default=["loopback"],
                    help="loopback (one host) or netns[:RATE] per point: the actors on a second "
                    "simulated host behind a link shaped to RATE (e.g. netns:1gbit; needs root)")
+    p.add_argument("--env-latency-ms", type=_csv_list(float), default=None,
+                   help="env latencies L in ms per point: each vector step of an actor waits "
+                   "L ms in a sleep (a remote or slow simulator; default: the run's own)")
+    p.add_argument("--store", default=None, help="JSON-lines file: append a record per point "
+                   "(commit, config, machine, summary, read-outs); points already in it are "
+                   "skipped")
     p.add_argument("--out", required=True, help="directory for study.csv, study.png, runs/")
     return p
 
@@ -125,6 +140,12 @@ def grid_problem(a: argparse.Namespace) -> str | None:
     for link in a.link:
         if link != "loopback" and link.split(":")[0] != "netns":
             return f"--link {link}: not one of loopback, netns, netns:RATE"
+    from archzoo.config import latency_problem
+
+    for ms in a.env_latency_ms or ():
+        problem = latency_problem(ms, 0.0, 0.0)
+        if problem:
+            return problem.replace("--env-latency-ms", f"--env-latency-ms {ms:g}:", 1)
     return None
 
 
@@ -151,7 +172,103 @@ def row_from_summary(point: dict, code: int, run_dir: Path) -> dict:
                max_other_bytes_sent=max(others) if others else 0,
                total_msgs_sent=sum(v.get("msgs_sent", 0) for v in per.values()),
                total_bytes_sent=sum(v.get("bytes_sent", 0) for v in per.values()))
+    row.update(scaling_metrics(s))
     return row
+
+
+CENTRAL_ROLES = ("learner", "server")  # the role whose busy time bounds a central learner
+
+
+def scaling_metrics(s: dict) -> dict:
+    """The read-outs of a scaling point from its summary.json: agent steps and learner
+    updates per second; the central learner's busy fraction (its timed work, all but its
+    waits, over the run's wall time; none where no one process learns, as in A3C and GALA);
+    the inference server's mean batch (requests, each of one actor's E envs) and latency
+    (SEED RL, GA3C); the mean policy lag in seconds; the bytes in and out of rank 0 (the
+    root: learner, or parameter server) in all and per second."""
+    wall = s.get("wall_s") or 0.0
+
+    def per_s(v: float | None) -> float | None:
+        return v / wall if wall > 0 and v is not None else None
+
+    timers = s.get("time_breakdown_s", {})
+    central = next((timers[r] for r in CENTRAL_ROLES if r in timers), None)
+    busy = per_s(sum(v for k, v in central.items() if k != "wait")) if central else None
+    inference = s.get("inference") or {}
+    root = s.get("per_rank_bytes", {}).get("0")
+    root_bytes = root.get("bytes_sent", 0) + root.get("bytes_recv", 0) if root else \
+        (s.get("bytes_sent", 0) + s.get("bytes_recv", 0))
+    return {"agent_steps_per_s": per_s(s.get("env_steps")),
+            "learner_updates_per_s": per_s(s.get("learner_updates")),
+            "learner_busy": busy,
+            "infer_batch_mean": inference.get("mean_batch_size"),
+            "infer_latency_ms": inference.get("mean_latency_ms"),
+            "policy_lag_s_mean": s.get("policy_lag", {}).get("seconds", {}).get("mean"),
+            "root_bytes": root_bytes, "root_bytes_per_s": per_s(root_bytes)}
+
+
+SUMMARY_DROP = ("hosts_by_rank", "checkpoints", "params_by_rank")  # not read by the records
+
+
+def point_key(point: dict, extra: list[str]) -> str:
+    """What makes two scaling points the same: every grid value and the flags after --."""
+    keep = {k: v for k, v in point.items() if k != "hidden"}
+    return json.dumps({"point": keep, "extra": list(extra)}, sort_keys=True)
+
+
+def point_record(point: dict, extra: list[str], code: int, run_dir: Path,
+                 row: dict) -> dict:
+    """The store's record of one point: the point and its flags, the exit code, the
+    read-outs, the resolved config (config.json: threads included), the summary (less the
+    placement and checkpoint detail) and :func:`archzoo.provenance.provenance`."""
+    from archzoo.provenance import provenance
+
+    def read(name: str) -> dict | None:
+        f = run_dir / name
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    summary = read("summary.json")
+    config = read("config.json")
+    return {"kind": "scaling-point", "key": point_key(point, extra), "point": point,
+            "extra": list(extra), "exit_code": code,
+            "metrics": {k: row.get(k) for k in COLUMNS
+                        if k not in point and k not in ("exit_code", "run_dir")},
+            "config": config,
+            "threads": {k: (config or {}).get(k) for k in ("threads", "learner_threads")},
+            "summary": {k: v for k, v in (summary or {}).items() if k not in SUMMARY_DROP},
+            "run_dir": str(run_dir), **provenance()}
+
+
+def append_record(path: Path, record: dict) -> None:
+    """Append ``record`` to the store as one JSON line, flushed to disk: an interrupted
+    sweep loses at most the point it was in."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every record of the store, oldest first; a line cut short is skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def stored_points(path: Path | None) -> dict[str, dict]:
+    """The newest successful record of every point key in the store."""
+    out: dict[str, dict] = {}
+    for r in read_records(path) if path else ():
+        if r.get("kind") == "scaling-point" and r.get("exit_code") == 0:
+            out[r["key"]] = r
+    return out
 
 
 def hidden_for_params(n: int, extra: list[str]) -> int:
@@ -231,6 +348,16 @@ def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, 
     return job.returncode, job.output
 
 
+def fresh_dir(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``... when it exists (a point cut short before its
+    record was written left it: a run never writes into a non-empty run directory)."""
+    k, out = 1, path
+    while out.exists():
+        k += 1
+        out = path.with_name(f"{path.name}-{k}")
+    return out
+
+
 def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
     if "--" in argv:
         i = argv.index("--")
@@ -246,19 +373,32 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
         parser.error(problem)  # before anything is written
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    latencies = a.env_latency_ms or [None]
     grid = list(itertools.product(a.topology, a.actors, a.backend, a.mode, a.seeds,
-                                  a.straggler, a.params, a.link))
+                                  a.straggler, a.params, a.link, latencies))
+    store = Path(a.store) if a.store else None
+    done = stored_points(store)
     rows = []
-    for k, (topo, actors, backend, mode, seed, slow, params, link) in enumerate(grid, 1):
+    for k, (topo, actors, backend, mode, seed, slow, params, link, ms) in enumerate(grid, 1):
         hidden = hidden_for_params(params, extra) if params else None
         point = {"arch": a.arch, "topology": topo, "actors": actors, "backend": backend,
                  "mode": mode, "seed": seed, "straggler": slow, "params": params or None,
-                 "hidden": hidden, "link": link}
+                 "hidden": hidden, "link": link, "env_latency_ms": ms}
+        said = (f"[study {k}/{len(grid)}] {topo} actors={actors} {backend} {mode} seed={seed} "
+                f"straggler={slow} params={params or '-'} link={link}"
+                + (f" latency={ms:g}ms" if ms is not None else ""))
+        stored = done.get(point_key(point, extra))
+        if stored is not None:
+            rows.append({**point, **stored["metrics"], "exit_code": 0,
+                         "run_dir": stored["run_dir"]})
+            print(f"{said}: in {store}, skipped", flush=True)
+            continue
         name = f"{dir_name(a.arch)}-{topo}-{actors}a-{backend}-{mode}-s{seed}"
         name += (f"-slow{slow.replace(':', 'x')}" if slow != "none" else "") + \
             (f"-p{params}" if params else "") + \
-            (f"-{link.replace(':', '-')}" if link != "loopback" else "")
-        run_dir = out / "runs" / name
+            (f"-{link.replace(':', '-')}" if link != "loopback" else "") + \
+            (f"-L{ms:g}ms" if ms is not None else "")
+        run_dir = fresh_dir(out / "runs" / name)
         cmd = [sys.executable, "-m", "archzoo", "run", a.arch, "--topology", topo,
                "--actors", str(actors), "--backend", backend, "--mode", mode,
                "--seed", str(seed), "--run-dir", str(run_dir), "--quiet", *extra]
@@ -266,14 +406,17 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
             cmd += ["--straggler", slow]
         if hidden:
             cmd += ["--hidden", str(hidden)]
+        if ms is not None:
+            cmd += ["--env-latency-ms", f"{ms:g}"]
         t0 = time.time()
         code, stderr = (run_local(cmd) if link == "loopback"
                         else run_across(cmd, link, actors, out / "runs" / f"{name}.log"))
         err = stderr.strip().splitlines()[-1] if code and stderr.strip() else ""
-        rows.append(row_from_summary(point, code, run_dir))
-        print(f"[study {k}/{len(grid)}] {topo} actors={actors} {backend} {mode} seed={seed} "
-              f"straggler={slow} params={params or '-'} link={link}: "
-              f"exit {code} in {time.time() - t0:.1f}s {err}", flush=True)
+        row = row_from_summary(point, code, run_dir)
+        rows.append(row)
+        if store is not None:
+            append_record(store, point_record(point, extra, code, run_dir, row))
+        print(f"{said}: exit {code} in {time.time() - t0:.1f}s {err}", flush=True)
     with open(out / "study.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()

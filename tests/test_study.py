@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
 from tests.runs import cli
 
 
@@ -84,3 +86,64 @@ def test_every_study_option_has_a_help_text() -> None:
 
     for action in build_parser()._actions:  # noqa: SLF001
         assert action.help, action.option_strings
+
+
+def test_study_with_latency_records_scaling_points_and_resumes(tmp_path: Path) -> None:
+    """--env-latency-ms 5 --store: each point is one record with its commit, config, threads
+    and machine, and the scaling read-outs (agent steps and updates per second, the
+    learner's busy fraction, SEED RL's inference batch and latency, policy lag, bytes at the
+    root); the actors' env time holds a 5 ms wait per vector step; a second study over the
+    same points runs none. The model fitted on the two points gives back the first."""
+    import json
+
+    from archzoo import scaling
+
+    out, store = tmp_path / "study", tmp_path / "scaling.jsonl"
+    argv = ("study", "--arch", "seed", "--actors", "1,2", "--env-latency-ms", "5", "--store",
+            str(store), "--out", str(out), "--", "--total-steps", "3000", "--envs-per-actor",
+            "4", "--no-tensorboard")
+    r = cli(*argv, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    records = [json.loads(line) for line in store.read_text().splitlines()]
+    assert [x["point"]["actors"] for x in records] == [1, 2]
+    for x in records:
+        assert x["kind"] == "scaling-point" and x["exit_code"] == 0
+        assert len(x["commit"]) == 40 and isinstance(x["dirty"], bool)
+        assert x["versions"]["torch"] and x["cpu_count"] >= 1 and x["cpu_model"]
+        assert x["hostname"] and x["start_time"]
+        assert x["config"]["env_latency_ms"] == 5.0 and x["threads"]["threads"] == 1
+        m, s = x["metrics"], x["summary"]
+        assert m["agent_steps_per_s"] == s["env_steps"] / s["wall_s"]
+        assert m["learner_updates_per_s"] > 0 and 0 < m["learner_busy"] <= 1.5
+        assert m["infer_batch_mean"] >= 1 and m["infer_latency_ms"] > 0
+        assert m["policy_lag_s_mean"] is not None and m["root_bytes"] > 0
+        env_s = sum(t["env"] for role, t in s["time_breakdown_s"].items()
+                    if role.startswith("actor"))
+        assert env_s >= 0.005 * s["env_steps"] / 4  # at least one wait per vector step
+    rows = list(csv.DictReader(open(out / "study.csv")))
+    assert [x["env_latency_ms"] for x in rows] == ["5.0", "5.0"]
+
+    again = cli(*argv, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("skipped") == 2
+    assert len(store.read_text().splitlines()) == 2
+    assert list(csv.DictReader(open(out / "study.csv")))[0]["agent_steps_per_s"] == \
+        rows[0]["agent_steps_per_s"]
+
+    model = scaling.fit(records[0], records[1])
+    assert scaling.predict(model, 1, 0.005).steps_per_s == \
+        pytest.approx(records[0]["metrics"]["agent_steps_per_s"], rel=1e-6)
+
+
+def test_a_bad_latency_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    from archzoo.cli import main
+
+    out = tmp_path / "study"
+    for value, needle in (("5,-1", "--env-latency-ms -1: must be a finite number >= 0"),
+                          ("nan", "--env-latency-ms nan: must be a finite number"),
+                          ("5,x", "expected a comma-separated list")):
+        assert main(["study", "--arch", "impala", "--env-latency-ms", value, "--out",
+                     str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], (value, err)
+        assert not out.exists()
