@@ -27,10 +27,13 @@ The bound that sets X names why an architecture stops scaling: ``actors`` (it st
 every actor adds its steps), ``learner`` or ``inference`` (a central process is busy all the
 time), ``replay`` or ``ps``, ``root broadcast`` (the root's process spends more on sending
 parameters to every actor than on learning), ``root bandwidth`` (the root's link is full), or
-``cores`` (the cores are shared out: every process slows down, the learner with the actors).
+``cores`` (the cores are shared out: every process slows down, the learner with the actors),
+``updates`` (SEED RL's actors wait behind the learner's updates longer than they compute).
 
 A batched server's mean batch follows from the requests that arrive while it waits
-(``--max-wait-us`` w) and computes: b = min(N, 1 + (N − 1)·(w + σ·f(b·E))/t).
+(``--max-wait-us`` w) and computes: b = min(N, 1 + (N − 1)·(w + σ·f(b·E))/t). SEED RL's
+learner answers and trains in one loop, so a request also waits behind an update u for
+ρ·u/2 on average, ρ the share of time it trains: r grows with X (a fixed point).
 """
 
 from __future__ import annotations
@@ -84,7 +87,10 @@ class Costs:
     f0 + f1·n) and ``max_wait_s`` model; ``root_in`` and ``root_out``: bytes into and out of
     rank 0 per env step, ``root_out`` per actor where the root broadcasts to each
     (``broadcast``), with ``root_msgs_out`` its messages; ``servers``: processes that are not
-    actors; ``cores``: the cores the processes had (the machine's until fitted)."""
+    actors; ``cores``: the cores the processes had (the machine's until fitted);
+    ``serial_update_s``: SEED RL's update, during which its learner answers no request
+    (inference and training take turns in one loop: a request waits, on average, half an
+    update times the share of time the learner trains)."""
 
     arch: str
     envs: int
@@ -100,6 +106,7 @@ class Costs:
     broadcast: bool = False
     servers: int = 1
     cores: float = 2.0
+    serial_update_s: float = 0.0
     messages: AlphaBeta = field(default_factory=AlphaBeta)
 
     def as_dict(self) -> dict[str, Any]:
@@ -158,22 +165,42 @@ def predict(c: Costs, n: int, latency_s: float, *, topology: str = "star", fanou
     msg_out = c.root_msgs_out * fan
     root_extra = c.messages.cost(msg_out - c.root_msgs_out, out - c.root_out) if c.broadcast \
         else 0.0  # the root's messages grow with its fan-out beyond the measured one actor
+    upd = c.central[0][1] if c.central else 0.0
+
     def at(sigma: float) -> tuple[float, str, float, dict[str, float], float]:
+        """The model at slowdown σ; with updates that stop the inference server (SEED RL),
+        at the fixed point of steps/s and the actors' wait behind an update."""
+        stall = 0.0
+        out = rates(sigma, stall)
+        if c.serial_update_s > 0:
+            for _ in range(200):
+                x = out[0]
+                busy = min(1.0, x * sigma * upd)  # the share of time the server trains
+                new = 0.5 * stall + 0.5 * busy * sigma * c.serial_update_s / 2.0
+                if abs(new - stall) < 1e-9:
+                    break
+                stall = new
+                out = rates(sigma, stall)
+            if out[1] == "actors" and stall > sigma * (c.env_s + c.actor_s):
+                out = (out[0], "updates", *out[2:])  # actors wait behind updates the most
+        return out
+
+    def rates(sigma: float, stall: float) -> tuple[float, str, float, dict[str, float], float]:
         base = latency_s + sigma * (c.env_s + c.actor_s)
-        b, r = 1.0, sigma * c.service_s
+        b, r = 1.0, sigma * c.service_s + stall
         central = dict(c.central)
         if c.forward is not None:
             for _ in range(50):  # the batch's fixed point (a contraction for these sizes)
                 f = sigma * _forward(c, b * E)
                 wait = c.max_wait_s * (1.0 - (b - 1.0) / (n - 1.0)) if n > 1 else 0.0
-                t = base + sigma * c.service_s + wait + f
+                t = base + sigma * c.service_s + stall + wait + f
                 nb = min(float(n), 1.0 + (n - 1.0) * (c.max_wait_s + f) / t) if n > 1 else 1.0
                 if abs(nb - b) < 1e-9:
                     break
                 b = nb
             f = sigma * _forward(c, b * E)
             wait = c.max_wait_s * (1.0 - (b - 1.0) / (n - 1.0)) if n > 1 else 0.0
-            r = sigma * c.service_s + wait + f
+            r = sigma * c.service_s + stall + wait + f
             name = next(iter(central), "inference")
             central[name] = central.get(name, 0.0) + _forward(c, b * E) / (b * E)
         if central:
@@ -256,7 +283,7 @@ def costs_from_summary(summary: dict[str, Any], config: dict[str, Any],
     root_in = root.get("bytes_recv", 0) / steps
     root_out = root.get("bytes_sent", 0) / steps
     root_msgs_out = root.get("msgs_sent", 0) / steps
-    service = 0.0
+    service = serial = 0.0
     actor_s = actor_msgs
     central: list[tuple[str, float]] = []
     f_e = (forward[0] + forward[1] * E) if forward else 0.0
@@ -273,7 +300,12 @@ def costs_from_summary(summary: dict[str, Any], config: dict[str, Any],
         infer = t.get("inference", 0.0)
         central.append((role, (sum(v for k, v in t.items() if k not in ("wait", "inference"))
                                + (0.0 if forward else infer)) / steps))
-        service = max(0.0, act.get("inference", 0.0) / vsteps - f_e)
+        service = act.get("inference", 0.0) / vsteps - f_e
+        if arch == "seed" and summary.get("learner_updates"):
+            serial = t.get("update", 0.0) / summary["learner_updates"]
+            busy = t.get("update", 0.0) / max(1e-9, float(summary.get("wall_s") or 0.0))
+            service -= min(1.0, busy) * serial / 2.0
+        service = max(0.0, service)
     else:  # a3c: the actor-learners compute gradients; the shards apply them
         actor_s += (act.get("inference", 0.0) + act.get("gradient", 0.0)) / vsteps
         pushes = max(1, int(summary.get("learner_updates") or 1))
@@ -291,7 +323,7 @@ def costs_from_summary(summary: dict[str, Any], config: dict[str, Any],
                  central=tuple(central), forward=forward if arch in BATCHED else None,
                  max_wait_s=float(config.get("max_wait_us", 0.0)) * 1e-6 if arch in BATCHED
                  else 0.0, root_in=root_in, root_out=root_out, root_msgs_out=root_msgs_out,
-                 broadcast=broadcast, servers=servers,
+                 broadcast=broadcast, servers=servers, serial_update_s=serial,
                  cores=float(cores or os.cpu_count() or 1), messages=ab)
 
 

@@ -122,3 +122,15 @@ def test_costs_from_a_summary() -> None:
     assert c.broadcast and c.servers == 1 and c.cores == 2
     with pytest.raises(ValueError, match="no scaling model for gorila"):
         scaling.costs_from_summary(dict(summary, arch="gorila"), config)
+
+
+def test_seed_actors_wait_behind_updates() -> None:
+    """SEED RL's learner trains in its serving loop: a request waits ρ·u/2 on average (u =
+    20 ms an update, ρ = X·100 µs the share of time training), so one actor of 4 envs at
+    4 + 0.5 + 0.5 ms per step runs at the root of X = 4/(0.005 + 1e-6·X)."""
+    c = Costs(arch="seed", envs=4, env_s=5e-4, actor_s=5e-4, central=(("learner", 1e-4),),
+              serial_update_s=0.02, cores=math.inf)
+    x = (-0.005 + math.sqrt(0.005 ** 2 + 4 * 1e-6 * 4)) / (2 * 1e-6)
+    assert predict(c, 1, 0.004).steps_per_s == pytest.approx(x, rel=1e-6)
+    assert predict(replace(c, serial_update_s=0.0), 1, 0.004).steps_per_s == \
+        pytest.approx(4 / 0.005)
