@@ -92,3 +92,4 @@ class RunSummary(TypedDict):
     bytes_sent_per_env_step: float
     time_breakdown_s: dict[str, dict[str, float]]
     hosts_by_rank: dict[str, Any]
+    torch_threads: int

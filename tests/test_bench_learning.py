@@ -1,214 +1,232 @@
-"""benchmarks/bench_learning.py without training: archzoo runs are faked (a metrics.csv and a
-summary.json written into the run directory), so the grid, the kept cells, the tables, the
-results file and the figures are checked in a second."""
+"""The learning benchmark (archzoo/benchlearn/): its protocol, its records from real runs,
+the rule that reported seeds never choose a preset, rliable's statistics against plain
+references, and the page generated from the records alone."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+import shutil
+import statistics
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_learning.py"
-spec = importlib.util.spec_from_file_location("bench_learning", PATH)
-bl = importlib.util.module_from_spec(spec)
-sys.modules["bench_learning"] = bl
-spec.loader.exec_module(bl)
+from archzoo.benchlearn import main, store, tuning
+from archzoo.benchlearn import protocol as P
+from archzoo.benchlearn import stats
+from archzoo.benchlearn.page import page
+from archzoo.benchlearn.readouts import collapse, mean_over_run
+from archzoo.errors import UsageError
 
-HEADER = "time_s,env_steps,episodes,mean_return_100,eval_mean_return,policy_lag\n"
-
-
-def fake_launch(calls: list[list[str]], fail_arch: str | None = None):
-    """A launch that writes a run's files: return100 rises to 6 at 3 minutes, then falls to
-    3 by the end (a collapse); ``fail_arch`` exits 1 with an error line."""
-
-    def launch(cmd: list[str], timeout: float) -> tuple[int, str, str]:
-        calls.append(cmd)
-        arch = cmd[cmd.index("run") + 1]
-        if arch == fail_arch:
-            return 1, "", "Traceback ...\nerror: something broke\n"
-        d = Path(cmd[cmd.index("--run-dir") + 1])
-        d.mkdir(parents=True)
-        seconds = float(cmd[cmd.index("--time-limit") + 1])
-        lines, t = [HEADER], 5.0
-        while t <= seconds + 1e-9:
-            r = 6 * t / 180 if t <= 180 else 6 - 3 * (t - 180) / (seconds - 180)
-            ev = f"{r + 1:.2f}" if arch == "apex" else ""
-            lines.append(f"{t:.3f},{int(t * 1000)},{int(t)},{r:.2f},{ev},1.0\n")
-            t += 5.0
-        (d / "metrics.csv").write_text("".join(lines))
-        (d / "summary.json").write_text(json.dumps({
-            "env_steps": int(seconds * 1000), "fps": 1000.0, "final_mean_return": 3.0,
-            "eval_mean_return": 4.0 if arch == "apex" else None,
-            "policy_lag": {"versions": {"mean": 1.02, "p50": 1, "p90": 2, "max": 3}}}))
-        return 0, "", ""
-
-    return launch
+ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def fakes(monkeypatch):
-    calls: list[list[str]] = []
-    monkeypatch.setattr(bl, "launch", fake_launch(calls, fail_arch="gorila"))
-    monkeypatch.setattr(bl, "random_policy", lambda game: {"mean_return": 0.5, "std": 0.1,
-                                                           "episodes": 100, "seed": 0})
-    return calls
+@pytest.fixture(autouse=True)
+def fewer_resamples(monkeypatch):
+    """Intervals from 400 bootstrap resamples, not the page's 5,000 (the same rliable
+    calls, a tenth of the time)."""
+    monkeypatch.setattr(stats, "REPS", 400)
 
 
-def test_grid_tables_results_figures_and_kept_cells(tmp_path, fakes, capsys):
-    results, docs = tmp_path / "learning.json", tmp_path / "docs" / "results.md"
-    argv = ["--archs", "impala", "apex", "gorila", "--games", "MinAtar/Breakout-v1",
-            "--minutes", "6", "--results", str(results), "--run-root", str(tmp_path / "runs"),
-            "--write-docs", str(docs)]
-    assert bl.main(argv) == 0
-    out = capsys.readouterr().out
-    assert len(fakes) == 4  # three architectures and the single-process reference
-    ref = [c for c in fakes if "0" == c[c.index("--actors") + 1]]
-    assert len(ref) == 1 and ref[0][ref[0].index("run") + 1] == "impala"
-    assert all(c[c.index("--config") + 1] == "minatar" for c in fakes)
-
-    data = json.loads(results.read_text())
-    assert len(data["runs"]) == 4 and data["random"]["MinAtar/Breakout-v1"]["mean_return"] == 0.5
-    run = data["runs"][bl.cell_key("impala (2 actors)", "MinAtar/Breakout-v1", 0, 6)]
-    assert set(run["rows"][0]) == {"time_s", "mean_return_100"}
-    assert run["policy_lag_mean"] == 1.02 and run["env_steps"] == 360000
-    failed = data["runs"][bl.cell_key("gorila (2 actors)", "MinAtar/Breakout-v1", 0, 6)]
-    assert failed["error"] == "error: something broke"
-
-    impala = next(ln for ln in out.splitlines() if ln.startswith("| impala (2 actors) | 0 |"))
-    cells = [c.strip() for c in impala.split("|")[1:-1]]
-    # at 2 and 5 min, blank at 10 (the run is 6 min), best, final, steps, lag, collapse
-    assert cells[2:5] == ["4.00", "4.00", ""]  # 6 at 3 min, 6 - 3 * 2/3 at 5
-    assert cells[5:] == ["6.00", "3.00", "360,000", "1.02", "2.0", "collapsed"]
-    apex = next(ln for ln in out.splitlines() if ln.startswith("| apex (2 actors) | 0 |"))
-    assert "4.00 (eval 5.00)" in apex and "6.00 (eval 7.00) |" in apex
-    assert "3.00 (eval 4.00)" in apex and apex.endswith("| collapsed |")  # greedy: 4 < 0.7 × 7
-    assert "failed: error: something broke" in out
-    # median final, own baseline and × own (blank: no --own-baselines), reference, ×, random
-    assert "| impala (2 actors) | 1/1 | 3.00 |  |  | 3.00 | 1.00 | 0.50 |" in out
-    assert "| apex (2 actors) | 1/1 | 4.00 |" in out  # ε-greedy: judged by the greedy eval
-    assert (tmp_path / "docs" / "figures" / "learning-breakout.png").stat().st_size > 0
-    page = docs.read_text()
-    assert "bench_learning.py" in page and "CPU cores, torch" in page
-    assert "figures/learning-breakout.png" in page
-
-    fakes.clear()  # a second run keeps every cell
-    assert bl.main(argv) == 0
-    assert fakes == [] and "4 finished cell(s) kept" in capsys.readouterr().err
-    assert bl.main([*argv, "--archs", "impala", "--no-reference", "--rerun"]) == 0
-    assert len(fakes) == 1
+def test_the_one_process_gets_the_two_actors_cores_envs_and_exploration() -> None:
+    dist, one = P.setups("apex", "minatar", cores=2)
+    assert dist.flags == ("--actors", "2") and dist.name == "apex, 2 actors"
+    assert one.name == "apex, one process"
+    flags = dict(zip(one.flags[::2], one.flags[1::2], strict=True))
+    assert flags == {"--actors": "0", "--envs-per-actor": "32", "--learner-threads": "2",
+                     "--eps-ladder": "2"}
+    _, impala = P.setups("impala", "minatar", cores=2)
+    assert "--eps-ladder" not in impala.flags  # no ε: nothing to match
+    # the cores the distributed run can use: its processes, at most the machine's
+    assert P.setups("gorila", "minatar", cores=16)[1].threads == 5  # PS, replay, learner, 2
+    assert P.setups("gala", "minatar", cores=16)[1].threads == 2  # two agents
 
 
-def test_several_seeds_draw_a_band(tmp_path, fakes):
-    argv = ["--archs", "impala", "--games", "MinAtar/Breakout-v1", "--seeds", "0", "1",
-            "--minutes", "4", "--results", str(tmp_path / "r.json"), "--run-root",
-            str(tmp_path / "runs"), "--write-docs", str(tmp_path / "r.md")]
-    assert bl.main(argv) == 0 and len(fakes) == 4
-    assert (tmp_path / "figures" / "learning-breakout.png").is_file()
+def test_setups_alternate_within_a_seed() -> None:
+    setups = {a: P.setups(a, None, cores=2) for a in ("impala", "apex")}
+    order = [(s.name, g, seed) for s, g, seed in P.cells(
+        ["impala", "apex"], ["A", "B"], {"A": [0, 1], "B": [0]}, setups)]
+    assert order == [("impala, 2 actors", "A", 0), ("impala, one process", "A", 0),
+                     ("apex, 2 actors", "A", 0), ("apex, one process", "A", 0),
+                     ("impala, 2 actors", "B", 0), ("impala, one process", "B", 0),
+                     ("apex, 2 actors", "B", 0), ("apex, one process", "B", 0),
+                     ("impala, 2 actors", "A", 1), ("impala, one process", "A", 1),
+                     ("apex, 2 actors", "A", 1), ("apex, one process", "A", 1)]
+    assert P.seeds_for("MinAtar/Breakout-v1") == [0, 1, 2, 3, 4]
+    assert P.seeds_for("MinAtar/Freeway-v1") == [0, 1, 2]
 
 
-def test_dry_run_runs_nothing(tmp_path, fakes, capsys):
-    assert bl.main(["--dry-run", "--results", str(tmp_path / "r.json")]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 * (len(bl.ARCHS) + 1) and fakes == []
-    assert not (tmp_path / "r.json").exists()
-    assert all("--total-steps 10000000000 --target-return 1e9 --quiet" in ln for ln in lines)
+@pytest.mark.parametrize("argv, said", [
+    (["tune", "--seeds", "100", "3"], "seed 3 is a reported seed"),
+    (["grid", "--preset", "none", "--seeds", "100"], "seed 100 is a tuning seed"),
+])
+def test_tuning_and_reported_seeds_are_kept_apart(argv, said, tmp_path, capsys) -> None:
+    assert main([*argv, "--store", str(tmp_path / "s.jsonl"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
 
 
-def test_own_baselines_and_variants_for_one_architecture():
-    setups = bl.make_setups(["impala", "seed"], True, ["seed:clip=--clip-ratio 0.2"],
-                            own_baselines=True)
-    names = [s.name for s in setups]
-    assert names == ["impala (2 actors)", bl.REFERENCE, "seed (2 actors)", "seed (1 process)",
-                     "seed (2 actors, clip)", "seed (1 process, clip)"]
-    by = {s.name: s for s in setups}
-    assert by["impala (2 actors)"].baseline == bl.REFERENCE  # the same run, kept once
-    assert by["seed (2 actors, clip)"].baseline == "seed (1 process, clip)"
-    assert by["seed (1 process, clip)"].flags == ("--clip-ratio", "0.2", "--actors", "0")
-    only = bl.make_setups(["impala", "seed"], False, ["seed:clip=--clip-ratio 0.2"],
-                          variants_only=True)
-    assert [s.name for s in only] == ["seed (2 actors, clip)"]
+def _learning(arch: str, seed: int, candidate: str, value: float, purpose: str = "tune",
+              rows: list[dict] | None = None) -> dict:
+    """A learning record as the runner writes it, with the fields a choice reads."""
+    rows = rows or [{"time_s": 5.0, "mean_return_100": value}]
+    return {"kind": "learning", "purpose": purpose, "preset": "minatar", "arch": arch,
+            "setup": f"{arch}, 2 actors [{candidate}]", "setup_kind": "distributed",
+            "game": tuning.TUNING_GAME, "seed": seed, "minutes": 5.0, "error": None,
+            "rows": rows, "readouts": {"eval": value, "train": rows[-1]["mean_return_100"],
+                                       "train_best": max(r["mean_return_100"] for r in rows),
+                                       "entropy_final": None}}
 
 
-def test_value_at_and_collapse():
-    rows = [{"time_s": 5.0 * i, "mean_return_100": float(i)} for i in range(1, 25)]  # to 120 s
-    assert bl.value_at(rows, 2) == 24.0 and bl.value_at(rows, 1) == 12.0
-    assert bl.value_at(rows, 5) is None
-    assert bl.collapsed(6.0, 4.1, 4.0) and not bl.collapsed(6.0, 4.3, 4.0)
-    assert not bl.collapsed(3.0, 0.0, 4.0)
+def test_a_preset_is_chosen_by_its_own_score_on_tuning_seeds_alone(tmp_path) -> None:
+    fell = [{"time_s": 5.0, "mean_return_100": 50.0}, {"time_s": 10.0, "mean_return_100": 5.0}]
+    records = [_learning("impala", 100, "lr-decay", 30.0), _learning("impala", 101, "lr-decay", 34.0),
+               _learning("impala", 100, "constant lr", 60.0, rows=fell),  # best, but collapsed
+               _learning("impala", 101, "constant lr", 40.0)]
+    choice = tuning.choose(records, "impala", "minatar")
+    assert choice["chosen"] == "lr-decay" and choice["seeds"] == [100, 101]
+    assert choice["candidates"]["lr-decay"]["mean"] == 32.0
+    assert choice["candidates"]["constant lr"]["collapsed"]
+    # a record of a reported seed among them: no choice at all
+    with pytest.raises(UsageError, match="reported seed"):
+        tuning.choose([*records, _learning("impala", 0, "lr-decay", 99.0)], "impala", "minatar")
+
+    # the choice goes into the preset file (a copy), with the digest of what it now holds
+    preset = tmp_path / "impala.toml"
+    shutil.copy(ROOT / "archzoo/presets/minatar/impala.toml", preset)
+    written = tuning.apply(choice, preset)
+    assert "lr-decay = true" in preset.read_text()
+    choice = {**choice, "candidates": {**choice["candidates"]}, "chosen": "constant lr"}
+    tuning.apply(choice, preset)
+    assert "lr-decay = false" in preset.read_text() and "lr-decay = true" not in \
+        preset.read_text()
+    assert written["preset_digest"] == P.preset_digest("impala", "minatar")
 
 
-def test_epsilon_greedy_runs_are_judged_on_their_greedy_evaluation():
-    """Ape-X's behaviour return falls as its ε ladder explores while its greedy policy
-    improves: not a collapse. A greedy evaluation that falls is one, whatever return100 does."""
-    rows = [{"time_s": 5.0 * i, "mean_return_100": 6.0 if i < 5 else 3.0,
-             "eval_mean_return": 2.0 * i} for i in range(1, 10)]
-    run = {"arch": "apex", "setup": "apex (2 actors)", "seed": 0, "rows": rows,
-           "env_steps": 1000, "eval_mean_return": 18.0}
-    cells = bl.run_row(run, (), 4.0)
-    assert cells[2:4] == ["6.00 (eval 18.00)", "3.00 (eval 18.00)"] and cells[-1] == ""
-    assert bl.score(run) == 18.0
-    fell = [{**r, "eval_mean_return": 18.0 - 2.0 * i} for i, r in enumerate(rows)]
-    assert bl.run_row({**run, "rows": fell}, (), 4.0)[-1] == "collapsed"
-    assert bl.run_row({**run, "arch": "impala"}, (), 4.0)[-1] == "collapsed"  # 3 < 0.7 × 6
+def test_a_reported_grid_refuses_a_preset_not_chosen_on_tuning_seeds(tmp_path, capsys) -> None:
+    path = tmp_path / "s.jsonl"
+    argv = ["grid", "--archs", "impala", "--games", "MinAtar/Breakout-v1", "--store", str(path),
+            "--dry-run"]
+    assert main(argv) == 2  # no choice in the store
+    assert "no choice on the tuning seeds" in capsys.readouterr().err
+    digest = P.preset_digest("impala", "minatar")
+    choice = {"kind": "preset-choice", "arch": "impala", "preset": "minatar",
+              "preset_digest": digest, "seeds": [0, 100], "chosen": "lr-decay",
+              "candidates": {}}
+    store.append(path, choice)
+    assert main(argv) == 2  # chosen with a reported seed among its runs
+    assert "chosen on reported seed(s) [0]: refused" in capsys.readouterr().err
+    store.append(path, {**choice, "preset_digest": "0" * 16, "seeds": [100, 101]})
+    assert main(argv) == 2  # a choice of other values than the preset holds now
+    capsys.readouterr()
+    store.append(path, {**choice, "seeds": [100, 101]})
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 10 and "--actors 0 --envs-per-actor 32 --learner-threads 2" in out[1]
 
 
-def test_every_game_table_counts_random_and_reference(tmp_path, fakes, capsys):
-    """Two games: a first table with each setup's median final per game, the games on which
-    it beats the random policy, and those on which it matches or beats the reference."""
-    argv = ["--archs", "impala", "apex", "--games", "MinAtar/Breakout-v1",
-            "MinAtar/Freeway-v1", "--minutes", "4", "--results", str(tmp_path / "r.json"),
-            "--run-root", str(tmp_path / "runs")]
-    assert bl.main(argv) == 0
-    out = capsys.readouterr().out
-    assert out.index("## Every game") < out.index("## MinAtar/Breakout-v1")
-    # impala's final 3.00 equals the reference's; apex's greedy eval 4.00 beats it
-    assert "| impala (2 actors) | 3.00 ≥ (1) | 3.00 ≥ (1) | 2/2 | 2/2 |" in out
-    assert "| apex (2 actors) | 4.00 ≥ (1) | 4.00 ≥ (1) | 2/2 | 2/2 |" in out
-    assert f"| {bl.REFERENCE} | 3.00 (1) | 3.00 (1) | 2/2 |  |" in out
-    assert "| random policy | 0.50 | 0.50 |  |  |" in out
-    games = {"G": {bl.REFERENCE: [], "x (2 actors)": []}}
-    games["G"][bl.REFERENCE] = [{"arch": "impala", "rows": [{"time_s": 5, "mean_return_100": 2}]}]
-    games["G"]["x (2 actors)"] = [{"arch": "x", "rows": [{"time_s": 5, "mean_return_100": 0.1}]}]
-    assert "| x (2 actors) | 0.10 < (1) | 0/1 | 0/1 |" in bl.games_table(games, {"G": 0.5})
+def test_a_record_carries_commit_config_threads_and_both_readouts(tmp_path) -> None:
+    """Two real runs of the grid (CartPole, IMPALA, 2 actors and its one process), each
+    with its frozen evaluation, appended to the store; a second grid runs nothing."""
+    path = tmp_path / "s.jsonl"
+    argv = ["grid", "--preset", "none", "--archs", "impala", "--games", "CartPole-v1",
+            "--seeds", "0", "--minutes", "0.15", "--store", str(path), "--run-root",
+            str(tmp_path / "runs")]
+    assert main(argv) == 0
+    records = store.read(path)
+    assert [r["kind"] for r in records] == ["random", "learning", "learning"]
+    dist, one = records[1:]
+    assert (dist["setup"], one["setup"]) == ("impala, 2 actors", "impala, one process")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+    for r in (dist, one):
+        assert r["error"] is None and r["returncode"] == 0
+        assert r["provenance"]["commit"] == head and isinstance(r["provenance"]["dirty"], bool)
+        assert r["provenance"]["cpu_count"] and r["provenance"]["versions"]["torch"]
+        assert r["config"]["arch"] == "impala" and r["config"]["seed"] == 0
+        assert r["config"]["env"] == "CartPole-v1" and r["minutes"] == 0.15
+        ev = r["evaluation"]
+        assert len(ev["returns"]) == P.EVAL_EPISODES and ev["policy"] == "sample"
+        assert r["readouts"]["eval"] == pytest.approx(statistics.fmean(ev["returns"]))
+        returns = [row["mean_return_100"] for row in r["rows"] if "mean_return_100" in row]
+        assert r["readouts"]["train"] == returns[-1]
+        assert r["readouts"]["auc"] == pytest.approx(statistics.fmean(returns))
+        times = [row["time_s"] for row in r["rows"]]
+        assert times == sorted(times) and times[-1] >= 0.15 * 60 - P.LOG_INTERVAL
+    assert dist["threads"]["processes"] == 3 and dist["threads"]["learner_process"] == 1
+    assert one["threads"]["processes"] == 1 and one["threads"]["learner_process"] == 2
+    assert one["config"]["envs_per_actor"] == 2 * dist["config"]["envs_per_actor"]
+    assert main(argv) == 0 and len(store.read(path)) == 3  # kept: nothing runs again
+
+    out = tmp_path / "docs" / "results.md"
+    out.parent.mkdir()
+    assert main(["page", "--preset", "none", "--minutes", "0.15", "--store", str(path),
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert len(text.splitlines()) <= 250
+    row = next(ln for ln in text.splitlines() if ln.startswith("| impala |"))
+    assert f"{dist['readouts']['eval']:.1f} (1 run)" in row and "too few runs" in row
+    assert (tmp_path / "docs/figures/learning-cartpole.png").stat().st_size > 0
+    assert head[:10] in text and one["command"] in text
 
 
-def test_write_docs_keeps_the_hand_written_notes(tmp_path, fakes):
-    docs = tmp_path / "results.md"
-    argv = ["--archs", "impala", "--games", "MinAtar/Breakout-v1", "--minutes", "4",
-            "--results", str(tmp_path / "r.json"), "--run-root", str(tmp_path / "runs"),
-            "--write-docs", str(docs)]
-    assert bl.main(argv) == 0
-    begin, end = bl.NOTES
-    page = docs.read_text()
-    assert f"{begin}\n{end}" in page  # a new page: empty markers where the notes go
-    docs.write_text(page.replace(f"{begin}\n{end}", f"{begin}\nIMPALA wins here.\n{end}")
-                    .replace("| impala (2 actors) |", "| stale |"))
-    assert bl.main([*argv, "--report-only"]) == 0
-    page = docs.read_text()
-    assert f"{begin}\nIMPALA wins here.\n{end}" in page and "| stale |" not in page
-    assert page.index(end) < page.index("## MinAtar/Breakout-v1")
+def test_iqm_intervals_and_improvement_against_plain_references() -> None:
+    x = [3.0, 9.0, 1.0, 7.0, 5.0]
+    point, lo, hi = stats.iqm(x)
+    assert point == pytest.approx(scipy.stats.trim_mean(x, 0.25)) and lo <= point <= hi
+    assert lo >= min(x) and hi <= max(x) and lo < hi
+    d, dlo, dhi = stats.difference([v + 10 for v in x], x)
+    assert d == pytest.approx(10.0) and dlo < d < dhi
+    assert stats.probability_of_improvement(np.array([[5.0], [6.0], [7.0]]),
+                                            np.array([[1.0], [2.0], [3.0]])) == (1.0, 1.0, 1.0)
+    assert stats.probability_of_improvement(np.array([[1.0], [2.0]]),
+                                            np.array([[1.0], [2.0]]))[0] == 0.5
+    names, runs = ("A", "B"), (3, 3)
+    assert stats.verdict((2.0, 0.5, 3.0), 0.0, names, runs) == "A better"
+    assert stats.verdict((-2.0, -3.0, -0.1), 0.0, names, runs) == "B better"
+    assert stats.verdict((1.0, -0.5, 3.0), 0.0, names, runs) == "no difference measured"
+    assert stats.verdict((0.9, 0.6, 1.0), 0.5, names, runs) == "A better"
+    assert stats.verdict((2.0, 1.0, 3.0), 0.0, names, (2, 3)).startswith("too few runs")
+    ref = np.array([[10.0, 20.0]])
+    assert stats.normalized(ref, np.array([0.0, 10.0]), np.array([20.0, 30.0])).tolist() == \
+        [[0.5, 0.5]]
 
 
-def test_greedy_windows_are_judged_as_means_of_three():
-    """One lucky greedy window of 30 episodes is not a best to collapse from: the benchmark
-    judges the mean of 3 consecutive windows, as the CI guard does (archzoo.collapse)."""
-    from archzoo.collapse import GREEDY_ROWS, smoothed
+def test_a_collapse_is_read_off_the_rows() -> None:
+    rows = [{"time_s": 5.0 * k, "mean_return_100": v} for k, v in enumerate([1, 8, 10, 6])]
+    record = {"readouts": {"train": 6.0, "train_best": 10.0, "entropy_final": 0.5}}
+    assert collapse(record) == "return fell to 6.0 from a best window of 10.0"
+    assert collapse({"readouts": {"train": 7.5, "train_best": 10.0, "entropy_final": 0.5}}) \
+        is None
+    assert collapse({"readouts": {"train": 9, "train_best": 10, "entropy_final": 0.01}}) == \
+        "entropy ended at 0.01"
+    assert mean_over_run(rows) == 6.25
 
-    rng = np.random.default_rng(0)
-    w = rng.normal(5.0, 2.0, 40).tolist()
-    want = np.convolve(w, np.ones(GREEDY_ROWS) / GREEDY_ROWS, mode="valid")
-    assert np.allclose(smoothed(w, GREEDY_ROWS), want) and smoothed(w[:2], 3) == []
-    evals = [6.0, 7.0, 6.0, 12.0, 6.0, 7.0, 6.0, 7.0, 7.5]  # one lucky window of 12
-    rows = [{"time_s": 5.0 * i, "mean_return_100": 3.0, "eval_mean_return": e}
-            for i, e in enumerate(evals, 1)]
-    run = {"arch": "gorila", "setup": "gorila (2 actors)", "seed": 0, "rows": rows,
-           "env_steps": 1000, "eval_mean_return": 7.5}
-    assert bl.collapsed(12.0, 7.5, 4.0)  # judged one window at a time it would be flagged
-    assert bl.judged_best_final(run) == (pytest.approx(25 / 3), pytest.approx(20.5 / 3))
-    assert bl.run_row(run, (), 4.0)[-1] == ""
-    fell = [{**r, "eval_mean_return": 2.0} for r in rows[-3:]]
-    assert bl.run_row({**run, "rows": rows[:-3] + fell}, (), 4.0)[-1] == "collapsed"
+
+def test_the_page_claims_only_what_the_intervals_allow() -> None:
+    """Five seeds a side from records as the runner writes them: a clear gap is a claim,
+    overlapping scores are "no difference measured"."""
+    def record(kind: str, seed: int, value: float) -> dict:
+        return {"kind": "learning", "purpose": "report", "preset": "p", "arch": "impala",
+                "setup": f"impala, {kind}", "setup_kind": kind, "game": "MinAtar/Breakout-v1",
+                "seed": seed, "minutes": 5.0, "error": None, "rows": [],
+                "readouts": {"eval": value, "train": value + 1 if kind == "distributed" else
+                             value + 1 + seed % 2, "auc": value},
+                "summary": {"env_steps": 10**6, "policy_lag_mean": 1.0},
+                "threads": {"processes": 3, "learner_process": 1, "other_processes": 1,
+                            "cores": 2},
+                "provenance": {"commit": "abc", "dirty": False, "cpu_model": "cpu"},
+                "command": "cmd", "eval_command": "ev"}
+    records = [record("distributed", s, 50.0 + s) for s in range(5)] + \
+        [record("one process", s, 10.0 + s) for s in range(5)]
+    # train100: 2 actors 51..55, one process 11..16 as well but shifted back by 40 below
+    for r in records[5:]:
+        r["readouts"]["train"] += 40.0
+    text = page(records, "p", 5.0, None, "s.jsonl", ["cmd"])
+    row = next(ln for ln in text.splitlines() if ln.startswith("| impala |")).split(" | ")
+    assert row[5] == "2 actors better"  # eval: 50..54 against 10..14
+    assert row[9] == "no difference measured"  # train100: 51..55 against 51..56
+    assert json.dumps(text).count("dirty") == 0

@@ -363,6 +363,7 @@ def parsers() -> dict[str, Flags]:
     "any" (all of them)."""
     from archzoo import benchcomm, plot, simhosts, study
     from archzoo.architectures import ARCHITECTURES
+    from archzoo.benchlearn.cli import parser as benchlearn_parser
     from archzoo.cli import build_parser
 
     out: dict[str, Flags] = {}
@@ -375,12 +376,16 @@ def parsers() -> dict[str, Flags]:
     out["run"] = _merge(*(v for k, v in out.items() if k.startswith("run ")))
     out["study"] = _parser_flags(study.build_parser())
     out["bench comm"] = _parser_flags(benchcomm.build_parser())
+    out["bench learning"] = _merge(*(_parser_flags(sp) for a in benchlearn_parser()._actions
+                                     if isinstance(a, argparse._SubParsersAction)
+                                     for sp in a.choices.values()))
     out["plot"] = _parser_flags(plot.build_parser())
     out["simhosts"] = _merge(*(_parser_flags(sp) for a in simhosts.build_parser()._actions
                                if isinstance(a, argparse._SubParsersAction)
                                for sp in a.choices.values()))
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         out[rel(script)] = _script_flags(script)
+    out["benchmarks/bench_learning.py"] = out["bench learning"]  # archzoo bench learning
     # Out of context a flag's value is checked against the choices `archzoo run` gives it
     # (`--topology tree`), although `archzoo study --topology` takes any list.
     out["any"] = {opt: out["run"][opt] if out["run"].get(opt) is not None else choices
@@ -440,10 +445,6 @@ def check_command(text: str) -> list[str] | None:
                 rest = " ".join(toks[i + 1:])
                 problems += _check_flags(re.sub(r"'[^']*'", "''", rest), p[script.group(1)],
                                          script.group(1))
-                for quoted in re.findall(r"'([^']*)'", rest):  # --variant 'ARCH:NAME=FLAGS'
-                    head, eq, run_flags = quoted.partition("=")
-                    if eq and ":" in head:
-                        problems += _check_flags(run_flags, p["run"], "archzoo run")
                 break
             if t.rsplit("/", 1)[-1] == "archzoo" and (i == 0 or toks[i - 1] == "-m"
                                                        or "/" in t):
@@ -468,6 +469,8 @@ def _check_archzoo(args: list[str], p: dict[str, Flags]) -> list[str]:
                 + _check_flags(" ".join(rest[cut + 1:]), p[key], f"archzoo {key}"))
     if sub == "bench" and args[1:2] == ["comm"]:
         return _check_flags(" ".join(args[2:]), p["bench comm"], "archzoo bench comm")
+    if sub == "bench" and args[1:2] == ["learning"]:
+        return _check_flags(" ".join(args[2:]), p["bench learning"], "archzoo bench learning")
     if sub == "eval":
         return _check_flags(" ".join(args[1:]), p["eval"], "archzoo eval")
     if sub == "list":
@@ -781,8 +784,7 @@ def test_the_checks_catch_stale_docs() -> None:
         "| [learners/vtrace.py](../learners/vtrace.py) | `ImpalaLearner` |",
         "```",
         "archzoo run apex --unroll-length 20",
-        "python benchmarks/bench_learning.py --seeds 0 --variant 'apex:b=--target-update 5 "
-        "--no-such-run-flag'",
+        "python benchmarks/bench_learning.py grid --seeds 0 --no-such-grid-flag",
         "```",
     ])
     links = link_problems(page, text)
@@ -796,10 +798,10 @@ def test_the_checks_catch_stale_docs() -> None:
                  "no_such_method", "no_such_helper",
                  "--no-such-flag: not a flag of archzoo run impala", "hexagon is not one of",
                  "--unroll-length: not a flag of archzoo run apex",
-                 "--no-such-run-flag: not a flag of archzoo run",
+                 "--no-such-grid-flag: not a flag of benchmarks/bench_learning.py",
                  "ImpalaLearner is not defined in learners/vtrace.py"):
         assert item in code, code
-    assert "--target-update" not in code, code  # a variant's flags are archzoo run's
+    assert "--seeds" not in code, code  # the learning benchmark's own flag
     alone = "\n".join(standalone_problems(page, text))
     for item in ("DESIGN.md", "seed 004", "L40–42", "impala.py:12", "MEASURED_PIXELS"):
         assert item in alone, alone

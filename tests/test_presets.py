@@ -3,6 +3,7 @@ Python API's keywords: from any directory, with the names listed when one is wro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -107,3 +108,30 @@ def test_a_run_from_outside_the_repository_applies_the_preset(tmp_path: Path) ->
     cfg = json.loads((tmp_path / "r" / "config.json").read_text())
     assert cfg["env"] == "MinAtar/Breakout-v1" and cfg["model"] == "impala-cnn"
     assert cfg["config"] == "minatar"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_a_family_id_without_config_takes_the_family_preset(arch: str) -> None:
+    """``--env MinAtar/...`` alone runs the MinAtar preset's flags (not the CartPole-tuned
+    defaults), but not its limits; ``--config none`` runs the defaults; a flag still wins."""
+    env = ["--env", "MinAtar/Asterix-v1"]
+    auto = parse_run(["run", arch, *env])[0]
+    preset = parse_run(["run", arch, "--config", "minatar", *env])[0]
+    plain = parse_run(["run", arch, "--config", "none", *env])[0]
+    default = type(auto)(arch=arch)
+    for f in dataclasses.fields(auto):
+        want = getattr(default if f.name in ("total_steps", "time_limit") else preset, f.name)
+        assert getattr(auto, f.name) == want, f.name
+    assert auto.config == "minatar" and auto.env == "MinAtar/Asterix-v1"
+    assert auto.model != default.model and plain.model == default.model
+    assert plain.envs_per_actor == default.envs_per_actor
+    assert parse_run(["run", arch, *env, "--model", "mlp"])[0].model == "mlp"
+    cartpole = parse_run(["run", arch])[0]
+    assert cartpole.config is None and cartpole.model == default.model
+
+
+def test_help_says_which_ids_take_a_preset(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "impala", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a MinAtar/ or ALE/ id takes its family's preset" in text and "none: no preset" in text

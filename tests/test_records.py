@@ -22,7 +22,7 @@ GOOD = {
     "learner_stats": {"loss": 0.5, "grad_norm": 1.25},
     "bytes_sent": 10, "bytes_recv": 20, "bytes_sent_per_env_step": 0.5,
     "time_breakdown_s": {"learner": {"update": 3.5}, "actor1": {"env": 2, "wait": 0.1}},
-    "hosts_by_rank": {"0": "a"},
+    "hosts_by_rank": {"0": "a"}, "torch_threads": 1,
     "per_rank_bytes": {"0": {"msgs_sent": 1, "bytes_sent": 2, "msgs_recv": 3, "bytes_recv": 4}},
     "dead_actors": {"2": {"time_s": 3.1, "during": "sending parameters", "error": "gone"}},
     "an_architectures_own_key": [1, 2],

@@ -22,6 +22,7 @@ from archzoo.benchlearn.readouts import collapse, score
 from archzoo.benchlearn.store import Record, newest
 
 KINDS = ("distributed", "one process")
+BAND_POINTS, BAND_REPS = 25, 300  # a figure's band: IQM intervals at 25 times, 300 resamples
 Groups = dict[str, dict[str, dict[str, list[Record]]]]  # game -> arch -> kind -> records
 
 
@@ -193,7 +194,7 @@ def _band(curves: list[list[dict]]) -> tuple[np.ndarray, ...] | None:
     pts = [(x, y) for x, y in pts if len(x) > 1]
     if not pts:
         return None
-    t = np.linspace(max(x[0] for x, _ in pts), min(x[-1] for x, _ in pts), 40)
+    t = np.linspace(max(x[0] for x, _ in pts), min(x[-1] for x, _ in pts), BAND_POINTS)
     ys = np.array([np.interp(t, x, y) for x, y in pts])  # runs × times
     if len(ys) == 1:
         return t, ys[0], ys[0], ys[0]
@@ -201,7 +202,7 @@ def _band(curves: list[list[dict]]) -> tuple[np.ndarray, ...] | None:
     point, ci = lib.get_interval_estimates(
         {"c": ys[:, None, :]}, lambda s: np.array([metrics.aggregate_iqm(s[..., k])
                                                    for k in range(s.shape[-1])]),
-        reps=1000, random_state=stats._state())
+        reps=BAND_REPS, random_state=stats._state())
     return t, point["c"], ci["c"][0], ci["c"][1]
 
 

@@ -72,10 +72,14 @@ def preset_values(arch: str, preset: str | None) -> dict:
     return load_config_file(preset, get(arch).config, arch)
 
 
-def preset_digest(arch: str, preset: str | None) -> str:
-    """A digest of the preset's flag values (not its text: comments do not count)."""
-    values = preset_values(arch, preset)
+def digest(values: dict) -> str:
+    """A digest of flag values (a preset's: its text's comments do not count)."""
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def preset_digest(arch: str, preset: str | None) -> str:
+    """The :func:`digest` of ``arch``'s bundled preset ``preset``."""
+    return digest(preset_values(arch, preset))
 
 
 def setups(arch: str, preset: str | None, cores: int | None = None,

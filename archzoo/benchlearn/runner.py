@@ -97,13 +97,13 @@ def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def threads(setup: P.Setup, config: dict[str, Any]) -> dict[str, Any]:
-    """The processes and torch threads the run had, from its resolved config."""
-    procs = int(config.get("world_size") or 0)
+def threads(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The processes and torch threads the run had: the deciding rank's as it measured
+    them (summary.json), the others' from the resolved config."""
     other = int(config.get("threads") or 1)
-    learner = int(config.get("learner_threads") or 0) or other
-    return {"processes": procs, "learner_process": learner, "other_processes": other,
-            "cores": os.cpu_count()}
+    learner = summary.get("torch_threads") or int(config.get("learner_threads") or 0) or other
+    return {"processes": int(summary.get("world_size") or 0), "learner_process": learner,
+            "other_processes": other, "cores": os.cpu_count()}
 
 
 def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str | None,
@@ -126,7 +126,6 @@ def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str |
             eval_error = error_line(eerr, eout, erc)
     summary = _json(run_dir / "summary.json")
     config = _json(run_dir / "config.json")
-    config.setdefault("world_size", summary.get("world_size"))
     rows = read_rows(run_dir / "metrics.csv")
     lag = ((summary.get("policy_lag") or {}).get("versions")) or {}
     error = None if rc == 0 else error_line(err, out, rc)
@@ -137,7 +136,7 @@ def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str |
         "seed": seed, "minutes": minutes, "flags": list(setup.flags),
         "command": shlex.join(["python", *cmd[1:]]), "eval_command":
             shlex.join(["python", *eval_command(run_dir, seed)[1:]]),
-        "provenance": prov, "config": config, "threads": threads(setup, config),
+        "provenance": prov, "config": config, "threads": threads(config, summary),
         "returncode": rc, "error": error or eval_error, "wall_s": round(wall, 1),
         "load_avg": {"before": load_before, "after": os.getloadavg()},
         "summary": {k: summary.get(k) for k in SUMMARY_KEYS if k in summary} | {

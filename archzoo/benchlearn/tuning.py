@@ -93,7 +93,12 @@ def apply(choice: Record, path: Path) -> Record:
         text = pattern.sub(line, text) if pattern.search(text) else text.rstrip("\n") + \
             f"\n{line}\n"
     path.write_text(text)
-    return {**choice, "preset_digest": P.preset_digest(choice["arch"], choice["preset"])}
+    from archzoo.architectures import get
+    from archzoo.resolve import load_config_file
+
+    arch = choice["arch"]
+    values = load_config_file(str(path), get(arch).config, arch)
+    return {**choice, "preset_digest": P.digest(values)}
 
 
 def _toml(value: Any) -> str:

@@ -187,6 +187,14 @@ def leaf_reports(byes: dict[int, ByeStats], role: Any = "actor") -> dict[str, An
             "params_by_rank": {str(r): b["params"] for r, b in byes.items() if "params" in b}}
 
 
+def torch_threads() -> int:
+    """The torch threads of this process (the deciding rank's: the learner's, or the one
+    process's with ``--actors 0``)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
                 topology_applied: str, device: Any, updates: int, timers: dict[str, Any],
                 extra: dict[str, Any]) -> RunSummary:
@@ -219,6 +227,7 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
         ) / max(1, mon.env_steps),
         "time_breakdown_s": timers,
         "hosts_by_rank": placement.hosts_by_rank() if t else {},
+        "torch_threads": torch_threads(),
         **extra,
     }
 
