@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from archzoo.benchlearn import main, store, tuning
+from archzoo.benchlearn import main, stats, store, tuning
 from archzoo.benchlearn import protocol as P
-from archzoo.benchlearn import stats
 from archzoo.benchlearn.page import page
 from archzoo.benchlearn.readouts import collapse, mean_over_run
 from archzoo.errors import UsageError
@@ -83,7 +82,8 @@ def _learning(arch: str, seed: int, candidate: str, value: float, purpose: str =
 
 def test_a_preset_is_chosen_by_its_own_score_on_tuning_seeds_alone(tmp_path) -> None:
     fell = [{"time_s": 5.0, "mean_return_100": 50.0}, {"time_s": 10.0, "mean_return_100": 5.0}]
-    records = [_learning("impala", 100, "lr-decay", 30.0), _learning("impala", 101, "lr-decay", 34.0),
+    records = [_learning("impala", 100, "lr-decay", 30.0),
+               _learning("impala", 101, "lr-decay", 34.0),
                _learning("impala", 100, "constant lr", 60.0, rows=fell),  # best, but collapsed
                _learning("impala", 101, "constant lr", 40.0)]
     choice = tuning.choose(records, "impala", "minatar")

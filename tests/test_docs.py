@@ -805,3 +805,21 @@ def test_the_checks_catch_stale_docs() -> None:
     alone = "\n".join(standalone_problems(page, text))
     for item in ("DESIGN.md", "seed 004", "L40–42", "impala.py:12", "MEASURED_PIXELS"):
         assert item in alone, alone
+
+
+def test_the_pages_quote_the_learning_records_as_they_are() -> None:
+    """docs/results.md was drawn from the records the store holds now, and every results
+    block of an architecture's page (``<!-- results: ARCH -->``) says what the store says:
+    a record added, removed or changed since means `archzoo bench learning page` again."""
+    from archzoo.benchlearn import store
+    from archzoo.benchlearn.cli import STORE
+    from archzoo.benchlearn.page import BLOCK, fill_blocks, group, records_digest
+
+    records = store.read(STORE)
+    docs = ROOT / "docs"
+    assert f"records digest {records_digest(records)}" in (docs / "results.md").read_text()
+    groups = group(records, "minatar", 5.0)
+    for page in sorted(docs.glob("*.md")):
+        text = page.read_text()
+        if BLOCK.search(text):
+            assert fill_blocks(text, groups) == text, f"{rel(page)}: a stale results block"

@@ -192,7 +192,7 @@ def cmd_choose(args: argparse.Namespace) -> int:
 
 
 def cmd_page(args: argparse.Namespace) -> int:
-    from archzoo.benchlearn.page import page
+    from archzoo.benchlearn.page import fill_blocks, group, page
 
     records = store.read(args.store)
     rel = args.store.resolve().relative_to(ROOT) if args.store.resolve().is_relative_to(
@@ -205,6 +205,13 @@ def cmd_page(args: argparse.Namespace) -> int:
     args.out.write_text(text)
     print(f"wrote {args.out} ({len(text.splitlines())} lines) and its figures",
           file=sys.stderr)
+    groups = group(records, args.preset, args.minutes)
+    for doc in sorted(args.out.parent.glob("*.md")):
+        old = doc.read_text()
+        new = fill_blocks(old, groups)
+        if new != old:
+            doc.write_text(new)
+            print(f"updated the results blocks of {doc}", file=sys.stderr)
     return 0
 
 
