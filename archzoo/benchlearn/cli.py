@@ -73,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--lock", type=Path, default=None, help="hold an exclusive flock on "
                        "this file during each cell, so that jobs taking the same lock wait "
                        "for it (and get their turn between cells)")
+        q.add_argument("--lock-cells", type=int, default=1, metavar="K",
+                       help="with --lock: hold it for K cells in a row (default 1)")
 
     g = sub.add_parser("grid", help="the reported cells")
     common(g)
@@ -129,6 +131,7 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
     from archzoo.benchlearn.runner import command
 
     spent: list[float] = []
+    held = None  # the lock, while this grid holds it
     for n, (setup, game, seed) in enumerate(left, 1):
         slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
         run_dir = root / f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
@@ -143,11 +146,16 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
         print(f"[{n}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}", file=sys.stderr,
               flush=True)
         t0 = time.time()
-        with exclusive(args.lock):
-            record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose)
+        if held is None:
+            held = exclusive(args.lock)
+            held.__enter__()
+        record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose)
         store.append(args.store, record)
-        if args.lock is not None:
-            time.sleep(LOCK_GAP_S)  # a job waiting for the lock takes it now
+        if n % args.lock_cells == 0 or n == len(left):
+            held.__exit__(None, None, None)
+            held = None
+            if args.lock is not None:
+                time.sleep(LOCK_GAP_S)  # a job waiting for the lock takes it now
         spent.append(time.time() - t0)
         r = record["readouts"]
         print(f"    failed: {record['error']}" if record["error"] else
