@@ -26,9 +26,9 @@ context switches) is not in the model: where the measured steps/s fall with N, i
 The bound that sets X names why an architecture stops scaling: ``actors`` (it still scales:
 every actor adds its steps), ``learner`` or ``inference`` (a central process is busy all the
 time), ``replay`` or ``ps``, ``root broadcast`` (the root's process spends more on sending
-parameters to every actor than on learning), ``root bandwidth`` (the root's link is full), or
+parameters to every actor than on learning), ``root bandwidth`` (the root's link is full),
 ``cores`` (the cores are shared out: every process slows down, the learner with the actors),
-``updates`` (SEED RL's actors wait behind the learner's updates longer than they compute).
+or ``updates`` (SEED RL's actors wait behind the learner's updates longer than they compute).
 
 A batched server's mean batch follows from the requests that arrive while it waits
 (``--max-wait-us`` w) and computes: b = min(N, 1 + (N − 1)·(w + σ·f(b·E))/t). SEED RL's
@@ -108,6 +108,12 @@ class Costs:
     cores: float = 2.0
     serial_update_s: float = 0.0
     messages: AlphaBeta = field(default_factory=AlphaBeta)
+
+    @property
+    def cpu_per_step(self) -> float:
+        """CPU seconds per env step of the actors and the central processes (batched
+        inference, which depends on the batch, aside)."""
+        return (self.env_s + self.actor_s) / self.envs + sum(k for _, k in self.central)
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -218,7 +224,7 @@ def predict(c: Costs, n: int, latency_s: float, *, topology: str = "star", fanou
                       default=None)
         if bound == "actors" and busiest and x / bounds[busiest] >= SATURATED:
             bound = busiest  # its queue sets the actors' round trip: it is what bounds them
-        cpu = x * ((c.env_s + c.actor_s) / E + sum(central.values()))
+        cpu = x * (c.cpu_per_step + sum(central.values()) - sum(k for _, k in c.central))
         return x, bound, b, bounds, cpu
 
     x, bound, b, bounds, cpu = at(1.0)
