@@ -6,8 +6,13 @@ the median over its runs with a min–max band; the runs of a group are interpol
 common grid up to the shortest run's last point, so every point of the band stands on all
 of them. Labels name the architecture and the flags that differ between the groups of that
 architecture (a flag a group leaves unset, None, is not named; two architectures' defaults
-differ anyway). A curve needs two metrics rows with a value: a
-run with one is left out, with a line on stderr.
+differ anyway).
+
+Every finished run is drawn: its metrics.csv rows, and its summary.json's final values as
+the last point where they come after the last row (a run stopped by a signal or an error
+writes no last row). A group whose runs have a single point each (a short run writes one
+metrics row, at its end) is drawn as those points with their median marked. Where no run
+has a value at all, one line says so (exit code 2).
 
     archzoo plot runs/impala-s0 runs/impala-s1 runs/seed-s0 --x steps --out curves.png
 """
@@ -30,6 +35,10 @@ X = {"time": ("time_s", "seconds from the first env step"), "steps": ("env_steps
 Y = {"return": ("mean_return_100", "mean return, last 100 episodes"),
      "fps": ("fps", "env steps per second"),
      "lag": ("policy_lag", "policy lag (parameter versions)")}
+# summary.json's key for the final value of each axis (wall_s counts from the first env
+# step, as metrics.csv's time_s does)
+SUMMARY_X = {"time": "wall_s", "steps": "env_steps"}
+SUMMARY_Y = {"return": "final_mean_return", "fps": "fps", "lag": "policy_lag_mean"}
 # config.json keys that do not make two runs different experiments
 NOT_A_DIFFERENCE = {"seed", "run_dir", "config", "git_sha", "versions", "argv", "quiet",
                     "log_interval", "comm_timeout", "startup_timeout"}
@@ -46,14 +55,32 @@ class Group:
 
 
 def load_curve(run_dir: Path, x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
-    """The (x, y) points of ``run_dir``'s metrics.csv where y was logged."""
+    """The (x, y) points of ``run_dir``'s metrics.csv where y was logged, then summary.json's
+    final values where they come after the last row."""
     path = run_dir / "metrics.csv"
     if not path.is_file():
         raise UsageError(f"{run_dir}: no metrics.csv (not a run directory?)")
     with open(path, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get(Y[y][0]) not in (None, "")]
-    return (np.array([float(r[X[x][0]]) for r in rows]),
-            np.array([float(r[Y[y][0]]) for r in rows]))
+    xs = [float(r[X[x][0]]) for r in rows]
+    ys = [float(r[Y[y][0]]) for r in rows]
+    last = final_point(run_dir, x, y)
+    if last is not None and (not xs or last[0] > xs[-1]):
+        xs.append(last[0])
+        ys.append(last[1])
+    return np.array(xs), np.array(ys)
+
+
+def final_point(run_dir: Path, x: str, y: str) -> tuple[float, float] | None:
+    """(x, y) of the run's end from its summary.json, or None without one or a value."""
+    try:
+        s = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    fx, fy = s.get(SUMMARY_X[x]), s.get(SUMMARY_Y[y])
+    if not isinstance(fx, int | float) or not isinstance(fy, int | float):
+        return None
+    return float(fx), float(fy)
 
 
 def group_runs(run_dirs: list[Path]) -> list[Group]:
@@ -104,26 +131,36 @@ def plot(run_dirs: list[Path], x: str, y: str, out: Path, title: str | None = No
 
     groups = group_runs(run_dirs)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    drawn, short = 0, []
+    drawn, empty = 0, []
     for i, g in enumerate(groups):
         curves = [load_curve(d, x, y) for d in g.runs]
-        short += [d for d, (xs, _) in zip(g.runs, curves, strict=True) if len(xs) == 1]
+        empty += [d for d, (xs, _) in zip(g.runs, curves, strict=True) if not len(xs)]
+        color = f"C{i % 10}"
         grid, med, lo, hi = band(curves)
-        if not len(grid):
+        if len(grid) > 1:
+            ax.plot(grid, med, color=color, label=g.label)
+            if len(g.runs) > 1:
+                ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+        elif points := [(float(xs[-1]), float(ys[-1])) for xs, ys in curves if len(xs)]:
+            # single points (or curves that share no stretch): each run's last point, and
+            # the group's median where there are several
+            px, py = zip(*points, strict=True)
+            several = len(points) > 1
+            ax.scatter(px, py, color=color, alpha=0.5 if several else 1.0, s=25,
+                       label=None if several else g.label)
+            if several:
+                ax.scatter([np.median(px)], [np.median(py)], color=color, marker="D", s=50,
+                           label=g.label + " (median)")
+        else:
             continue
         drawn += 1
-        ax.plot(grid, med, color=f"C{i % 10}", label=g.label)
-        if len(g.runs) > 1:
-            ax.fill_between(grid, lo, hi, color=f"C{i % 10}", alpha=0.2, linewidth=0)
-    one_row = f"one metrics row with {Y[y][0]} (a curve needs two rows: a longer run, or a " \
-        "shorter --log-interval)"
     if not drawn:
         plt.close(fig)
-        if short:
-            raise UsageError(f"{', '.join(map(str, short))}: {one_row}")
-        raise UsageError(f"--y {y}: none of the runs logged {Y[y][0]}")
-    for d in short:
-        print(f"archzoo plot: {d}: left out, {one_row}", file=sys.stderr)
+        raise UsageError(f"--y {y}: none of the runs has a value of {Y[y][0]} (no metrics row "
+                         f"with it and no {SUMMARY_Y[y]} in summary.json): nothing to draw")
+    for d in empty:
+        print(f"archzoo plot: {d}: left out, no {Y[y][0]} in metrics.csv and no "
+              f"{SUMMARY_Y[y]} in summary.json", file=sys.stderr)
     ax.set_xlabel(X[x][1])
     ax.set_ylabel(Y[y][1])
     ax.set_title(title or ", ".join(sorted({str(g.config.get("env")) for g in groups})))

@@ -29,6 +29,7 @@ def _sibling(real: Path, name: str, xs: list[float], ys: list[float], **config) 
     """A copy of ``real`` with ``config`` changes and a metrics.csv of the given curve."""
     d = real.parent / name
     shutil.copytree(real, d, dirs_exist_ok=True)
+    (d / "summary.json").unlink()  # the real run's end is not this curve's
     cfg = json.loads((real / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, **config, "run_dir": str(d)}))
     with open(d / "metrics.csv", "w", newline="") as f:
@@ -95,20 +96,62 @@ def _made_run(d: Path, rows: list[tuple[float, float]], **config) -> Path:
     return d
 
 
-def test_a_run_of_one_metrics_row_is_named_not_drawn_empty(tmp_path: Path, capsys) -> None:
+@pytest.fixture(scope="module")
+def one_row_runs(tmp_path_factory) -> list[Path]:
+    """Two short CartPole runs of 60,000 steps that each logged a single metrics row (the
+    last, at the stop; no start-up rows), as a short run with the default --log-interval
+    does."""
+    base = tmp_path_factory.mktemp("short")
+    runs = []
+    for seed in (0, 1):
+        d = base / f"impala-s{seed}"
+        r = cli("run", "impala", "--actors", "0", "--total-steps", "60000", "--seed", str(seed),
+                "--log-interval", "1000", "--quiet", "--no-tensorboard", "--run-dir", str(d))
+        assert r.returncode == 0, r.stderr
+        assert len((d / "metrics.csv").read_text().splitlines()) == 2  # header, one row
+        runs.append(d)
+    return runs
+
+
+def test_short_runs_of_one_metrics_row_are_drawn(one_row_runs: list[Path],
+                                                 tmp_path: Path) -> None:
+    out = tmp_path / "short.png"
+    r = cli("plot", *map(str, one_row_runs), "--x", "steps", "--out", str(out))
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    x, y = load_curve(one_row_runs[0], "steps", "return")
+    s = json.loads((one_row_runs[0] / "summary.json").read_text())
+    assert x.tolist() == [s["env_steps"]] and y[0] == pytest.approx(s["final_mean_return"],
+                                                                     abs=1e-3)
+
+
+def test_the_summary_gives_the_last_point_and_nothing_is_one_line(
+        one_row_runs: list[Path], tmp_path: Path, capsys) -> None:
+    """A run stopped before its last row (a signal, an error) ends at its summary's values;
+    a run with no value anywhere is left out with a line, and nothing at all to draw is one
+    line and exit code 2, with no figure."""
     from archzoo.cli import main
 
-    one = _made_run(tmp_path / "one", [(1.0, 5.0)])
-    assert main(["plot", str(one), "--out", str(tmp_path / "a.png")]) == 2
+    stopped = _made_run(tmp_path / "stopped", [(1.0, 5.0)])
+    (stopped / "summary.json").write_text(json.dumps(
+        {"wall_s": 3.5, "env_steps": 350, "final_mean_return": 9.0, "fps": 100.0}))
+    for x, end in (("time", 3.5), ("steps", 350)):
+        xs, ys = load_curve(stopped, x, "return")
+        assert xs.tolist() == [xs[0], end] and ys.tolist() == [5.0, 9.0]
+    only_summary = _made_run(tmp_path / "only-summary", [])
+    (only_summary / "summary.json").write_text(json.dumps(
+        {"wall_s": 2.0, "env_steps": 200, "final_mean_return": 7.0}))
+    assert load_curve(only_summary, "time", "return")[1].tolist() == [7.0]
+    nothing = _made_run(tmp_path / "nothing", [], lr=0.5)
+    assert main(["plot", str(only_summary), str(nothing), "--out", str(tmp_path / "a.png")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "one metrics row" in err[0] and "needs two" in err[0], err
-    assert not (tmp_path / "a.png").exists()
+    assert len(err) == 1 and str(nothing) in err[0] and "left out" in err[0], err
+    assert (tmp_path / "a.png").is_file()
 
-    two = _made_run(tmp_path / "two", [(1.0, 5.0), (2.0, 6.0)], lr=0.5)
-    assert main(["plot", str(one), str(two), "--out", str(tmp_path / "b.png")]) == 0
+    assert main(["plot", str(nothing), "--out", str(tmp_path / "b.png")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(one) in err[0] and "left out" in err[0], err
-    assert (tmp_path / "b.png").is_file()
+    assert len(err) == 1 and "nothing to draw" in err[0], err
+    assert not (tmp_path / "b.png").exists()
 
 
 def test_legends_leave_out_unset_settings(tmp_path: Path) -> None:
