@@ -138,6 +138,10 @@ class RunConfig:
     tensorboard: bool = opt(True, "TensorBoard event files in the run directory's "
                             "tensorboard/ (the metrics.csv columns and summary.json's numbers)",
                             group="run")
+    wandb: bool = opt(False, "track the run in Weights & Biases (archzoo's wandb extra): "
+                      "TensorBoard's scalars, the resolved config, summary.json and the videos "
+                      "of --record-video; offline in RUN_DIR/wandb/ without a W&B login "
+                      "(upload it with wandb sync)", group="run")
     record_video: float = opt(0.0, "seconds between videos of one greedy episode of the "
                               "current policy, and one of the final policy at the end, in "
                               "RUN_DIR/videos/step-ENV_STEPS.mp4 (0 = no videos)", group="run")
@@ -186,6 +190,14 @@ class RunConfig:
             r.positive(self, name)
         r.at_least(self, "keep_checkpoints", 1)
         r.at_least(self, "min_actors", 1)
+        if self.actors:
+            r.need(self.min_actors <= self.actors, f"--min-actors {self.min_actors} exceeds "
+                   f"--actors {self.actors}: the run could never have that many alive (give "
+                   f"--actors {self.min_actors} or more)")
+        if self.wandb:
+            from archzoo.extras import problem
+
+            r.need(problem("wandb", "--wandb") is None, problem("wandb", "--wandb") or "")
         r.at_least(self, "max_restarts", 0)
         r.at_least(self, "record_video", 0)
         latency = latency_problem(self.env_latency_ms, self.env_latency_jitter_ms,
@@ -586,17 +598,29 @@ class R2D2Config(ApexConfig, CoreFlags):
         """Most sequences in one actor->replay message (each step may add one per env)."""
         return self.actor_batch + self.envs_per_actor
 
+    def check_within_length(self, r: Rules, name: str, why: str = "") -> None:
+        """``name`` (the overlap or the burn-in) in [0, --sequence-length). Where a
+        --sequence-length of the user's leaves it at a default that no longer fits, the
+        line names that flag and the default that follows from it."""
+        v, n = getattr(self, name), self.sequence_length
+        if 0 <= v < n:
+            return
+        fields = type(self).__dataclass_fields__
+        if v == fields[name].default and n != fields["sequence_length"].default:
+            r.need(False, f"--sequence-length {n} leaves {flag_name(name)} at its default "
+                   f"{v}, which must be below it{f' ({why})' if why else ''}: give "
+                   f"{flag_name(name)} in [0, {n}) too, e.g. {n // 2} (R2D2's "
+                   f"{fields['sequence_length'].default}-step sequences take {v})")
+        r.need(False, f"{flag_name(name)} must be in [0, --sequence-length {n})"
+               f"{f': {why}' if why else ''}, got {v}")
+
     def check(self, r: Rules) -> None:
         super().check(r)
         self.check_core(r)
         r.need(self.core != "none", "r2d2 needs its recurrent core: --core lstm[:SIZE]")
         r.at_least(self, "sequence_length", 2)
-        r.need(0 <= self.sequence_overlap < self.sequence_length,
-               f"--sequence-overlap must be in [0, --sequence-length {self.sequence_length}), "
-               f"got {self.sequence_overlap}")
-        r.need(0 <= self.burn_in < self.sequence_length,
-               f"--burn-in must be in [0, --sequence-length {self.sequence_length}): a "
-               f"sequence needs a step to learn from, got {self.burn_in}")
+        self.check_within_length(r, "sequence_overlap")
+        self.check_within_length(r, "burn_in", "a sequence needs a step to learn from")
         r.within(self, "priority_eta", 0.0, 1.0)
         r.positive(self, "rescale_eps")
 

@@ -11,6 +11,7 @@ includes it):
 - ``tensorboard``: TensorBoard event files in the run directory;
 - ``video``: ``archzoo eval --video`` and ``--record-video`` — imageio, its ffmpeg and
   pygame (CartPole's renderer);
+- ``wandb``: ``--wandb``, the run tracked in Weights & Biases (archzoo/tracking.py);
 - ``bench``: the learning benchmark's statistics (``archzoo bench learning``) — rliable,
   with ``arch<8`` and ``pandas<3`` (arch 7 does not import under pandas 3).
 
@@ -22,6 +23,7 @@ for a check before anything starts (it finds the modules without importing them)
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from archzoo.errors import UsageError
 
@@ -31,6 +33,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mpi": ("mpi4py",),
     "tensorboard": ("tensorboard",),
     "video": ("imageio", "imageio_ffmpeg"),
+    "wandb": ("wandb",),
     "bench": ("rliable", "arch", "pandas"),
 }
 
@@ -49,10 +52,27 @@ def missing(extra: str) -> str | None:
     return None
 
 
+def _line(extra: str, what: str, module: str) -> str:
+    return (f"{what} needs archzoo's {extra} extra (no module {module!r}): "
+            f"pip install 'archzoo[{extra}]'")
+
+
+def problem(extra: str, what: str) -> str | None:
+    """:func:`require`'s line if one of ``extra``'s modules is not installed, else None;
+    nothing is imported."""
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return _line(extra, what, module)
+    return None
+
+
 def require(extra: str, what: str) -> None:
     """Import ``extra``'s modules; MissingExtra naming it if one is missing (``what``: what
     needs it, e.g. "--env ALE/Pong-v5")."""
     module = missing(extra)
     if module is not None:
-        raise MissingExtra(f"{what} needs archzoo's {extra} extra (no module {module!r}): "
-                           f"pip install 'archzoo[{extra}]'")
+        raise MissingExtra(_line(extra, what, module))

@@ -168,16 +168,22 @@ class RunDir:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(log_dir=str(self.path / "tensorboard"))
+        self._wandb = None  # Weights & Biases (archzoo/tracking.py), with --wandb
+        if config.get("wandb"):
+            from archzoo import tracking
+
+            self._wandb = tracking.start(self.path, full)
 
     def metrics_row(self, row: dict[str, Any]) -> None:
         self._csv.writerow(row)
         self._csv_file.flush()
-        if self._tb is not None:  # each column against env steps, as in metrics.csv
-            step = int(row.get("env_steps") or 0)
-            for k in METRIC_COLUMNS[2:]:
-                if row.get(k) not in (None, ""):
-                    self._tb.add_scalar(f"metrics/{k}", float(row[k]), step)
+        step = int(row.get("env_steps") or 0)  # each column against env steps
+        if self._tb is not None:
+            for k, v in scalars(row).items():
+                self._tb.add_scalar(k, v, step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.scalars(step, scalars(row))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -186,6 +192,8 @@ class RunDir:
             self._tb.add_text("summary", "```\n" + json.dumps(summary, indent=2) + "\n```",
                               step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.summary(summary)
 
     def save_policy(self, model, meta: dict[str, Any]) -> None:
         import torch
@@ -198,6 +206,16 @@ class RunDir:
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
+
+
+def scalars(row: dict[str, Any]) -> dict[str, float]:
+    """What TensorBoard and W&B plot of a metrics row: each column but the time and the
+    env steps (the x axis), as ``metrics/COLUMN``, where it has a value."""
+    return {f"metrics/{k}": float(row[k]) for k in METRIC_COLUMNS[2:]
+            if row.get(k) not in (None, "")}
 
 
 def sample_stats(xs: list[float]) -> dict[str, float]:

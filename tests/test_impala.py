@@ -185,6 +185,17 @@ BAD = [
     (["run", "impala", "--env", "Pendulum-v1"], "Discrete"),
     (["run", "impala", "--config", "/nonexistent.json"], "--config"),
     (["eval", "/nonexistent-run-dir"], "policy.pt"),
+    # more actors required alive than the run has (the default --actors 2 too)
+    (["run", "impala", "--min-actors", "3", "--actors", "2"], "--min-actors 3 exceeds --actors 2"),
+    (["run", "apex", "--min-actors", "3"], "--min-actors 3 exceeds --actors 2"),
+    # a default that no longer fits names the flag the user set and the default
+    (["run", "r2d2", "--sequence-length", "20", "--burn-in", "20"],
+     "--sequence-length 20 leaves --sequence-overlap at its default 40"),
+    (["run", "r2d2", "--sequence-length", "20", "--sequence-overlap", "10"],
+     "--sequence-length 20 leaves --burn-in at its default 40"),
+    (["run", "r2d2", "--sequence-length", "20", "--sequence-overlap", "10", "--burn-in", "20"],
+     "--burn-in must be in [0, --sequence-length 20): a sequence needs a step to learn from, "
+     "got 20"),
 ]
 
 
