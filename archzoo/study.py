@@ -33,12 +33,12 @@ import argparse
 import csv
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from archzoo import jsonl
 from archzoo.config import MODES, TOPOLOGIES
 from archzoo.resolve import parse_run
 
@@ -239,33 +239,10 @@ def point_record(point: dict, extra: list[str], code: int, run_dir: Path,
             "run_dir": str(run_dir), **provenance()}
 
 
-def append_record(path: Path, record: dict) -> None:
-    """Append ``record`` to the store as one JSON line, flushed to disk: an interrupted
-    sweep loses at most the point it was in."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every record of the store, oldest first; a line cut short is skipped."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
 def stored_points(path: Path | None) -> dict[str, dict]:
     """The newest successful record of every point key in the store."""
     out: dict[str, dict] = {}
-    for r in read_records(path) if path else ():
+    for r in jsonl.read(path) if path else ():
         if r.get("kind") == "scaling-point" and r.get("exit_code") == 0:
             out[r["key"]] = r
     return out
@@ -415,7 +392,7 @@ def main(argv: list[str], parser_class=argparse.ArgumentParser) -> int:
         row = row_from_summary(point, code, run_dir)
         rows.append(row)
         if store is not None:
-            append_record(store, point_record(point, extra, code, run_dir, row))
+            jsonl.append(store, point_record(point, extra, code, run_dir, row))
         print(f"{said}: exit {code} in {time.time() - t0:.1f}s {err}", flush=True)
     with open(out / "study.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from archzoo import scaling  # noqa: E402
-from archzoo.study import append_record, read_records  # noqa: E402
+from archzoo.jsonl import append as append_record  # noqa: E402
+from archzoo.jsonl import read as read_records  # noqa: E402
 
 ENVS = {"breakout": ("MinAtar/Breakout-v1", ["--config", "minatar"]),
         "cartpole": ("CartPole-v1", [])}

@@ -221,9 +221,9 @@ def figure_name(game: str) -> str:
 
 
 PROTOCOL = """\
-- **Environments.** MinAtar v1 ([Young & Tian 2019](references.md)) as gymnasium ids: the minimal action set
-  (3 actions on Breakout), sticky actions with probability 0.1, no time limit. One agent step
-  is one frame.
+- **Environments.** MinAtar v1 ([Young & Tian 2019](references.md)) as gymnasium ids: the
+  minimal action set (3 actions on Breakout), sticky actions with probability 0.1, no time
+  limit. One agent step is one frame.
 - **Setups.** `--actors 2` with the architecture's preset (`--config {preset}`), and one
   process (`--actors 0`) at equal resources: `--learner-threads` = the cores the two actors'
   run uses ({cores} here), twice the envs (`--envs-per-actor`), and for Ape-X, Gorila and
@@ -238,9 +238,10 @@ PROTOCOL = """\
   actors (for Ape-X, Gorila and R2D2 it includes their exploration). *Mean over run*: the mean
   of train100 over the run's rows, every {log:g} s.
 - **Statistics.** IQM over seeds with 95% stratified-bootstrap intervals (rliable,
-  [Agarwal et al. 2021](references.md#rliable)). "Better" needs the interval of the difference (or of the probability of
-  improvement) to exclude a tie; otherwise the page says "no difference measured". A
-  comparison with fewer than {min_runs} runs a side says nothing.
+  [Agarwal et al. 2021](references.md#rliable)). "Better" needs the interval of the
+  difference (or of the probability of improvement) to exclude a tie; otherwise the page
+  says "no difference measured". A comparison with fewer than {min_runs} runs a side says
+  nothing.
 - **Collapsed**: train100 ended under 0.7 of its best window (once that reached 4), or the
   policy's entropy ended under 0.05.
 - **Deviations from the papers.** The IMPALA, SEED RL and GA3C presets are APPO-like: PPO's
