@@ -42,6 +42,7 @@ def lag(tmp_path: Path, name: str, *flags: str) -> dict:
     return load_run(d)
 
 
+@pytest.mark.timing  # the lag an actor sees depends on its speed beside the learner's
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_lag_is_one_version_per_actor(tmp_path: Path, backend: str) -> None:
     one = lag(tmp_path, "one", "--backend", backend)
@@ -54,6 +55,7 @@ def test_lag_is_one_version_per_actor(tmp_path: Path, backend: str) -> None:
     assert set(one["policy_lag_by_actor"]) == {"1", "2"}, one["policy_lag_by_actor"]
 
 
+@pytest.mark.timing
 def test_more_in_flight_more_lag(tmp_path: Path) -> None:
     """--max-inflight 2: an actor runs an unroll ahead of the learner, at a version of lag."""
     one = lag(tmp_path, "one")["policy_lag"]["versions"]["mean"]
