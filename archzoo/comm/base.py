@@ -65,18 +65,6 @@ class Counters:
             "bytes_recv": sum(self.bytes_recv.values()),
         }
 
-    def per_peer(self) -> dict[str, dict[str, int]]:
-        peers = sorted(set(self.msgs_sent) | set(self.msgs_recv))
-        return {
-            str(p): {
-                "msgs_sent": self.msgs_sent.get(p, 0),
-                "bytes_sent": self.bytes_sent.get(p, 0),
-                "msgs_recv": self.msgs_recv.get(p, 0),
-                "bytes_recv": self.bytes_recv.get(p, 0),
-            }
-            for p in peers
-        }
-
 
 class Backoff:
     """Spin for ``spin_s`` (50 µs), then sleep between polls, doubling up to 1 ms.
@@ -125,6 +113,11 @@ class Transport(ABC):
         """Pause between polls; an engine that learns of progress may return early."""
         time.sleep(seconds)
 
+    def now(self) -> float:
+        """The clock that deadlines read, in seconds (``time.perf_counter``; the loopback
+        engine's may be driven by a test)."""
+        return time.perf_counter()
+
     # -- engine primitives -------------------------------------------------
     @abstractmethod
     def isend(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
@@ -168,25 +161,25 @@ class Transport(ABC):
         """
         if req.test():
             return
-        t0 = time.perf_counter()
+        t0 = self.now()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
         backoff = Backoff(self.idle, self.spin_s if spin_s is None else spin_s, max_sleep_s)
         try:
             while not req.test():
                 if on_poll is not None:
                     on_poll()
-                if time.perf_counter() > deadline:
+                if self.now() > deadline:
                     raise PeerTimeout(self.rank, req.peer, req.what, deadline - t0,
                                       getattr(req, "direction", "from"))
                 backoff.pause()
         finally:
-            self.wait_s += time.perf_counter() - t0
+            self.wait_s += self.now() - t0
 
     def wait_any(self, reqs: Sequence[Request], timeout_s: float | None = None) -> int:
         """Index of the first completed request among ``reqs`` (polled in order)."""
         if not reqs:
             raise ValueError("wait_any needs at least one request")
-        t0 = time.perf_counter()
+        t0 = self.now()
         deadline = t0 + (self.timeout_s if timeout_s is None else timeout_s)
         backoff = Backoff(self.idle, self.spin_s)
         try:
@@ -194,13 +187,13 @@ class Transport(ABC):
                 for i, r in enumerate(reqs):
                     if r.test():
                         return i
-                if time.perf_counter() > deadline:
+                if self.now() > deadline:
                     peers = ",".join(str(r.peer) for r in reqs)
                     whats = sorted({r.what for r in reqs})
                     raise PeerTimeout(self.rank, peers, " or ".join(whats), deadline - t0)
                 backoff.pause()
         finally:
-            self.wait_s += time.perf_counter() - t0
+            self.wait_s += self.now() - t0
 
     # -- blocking conveniences (always with a deadline) ---------------------
     def send(self, buf: np.ndarray, dst: int, tag: int, what: str = "message",
