@@ -1,8 +1,9 @@
 """A peer dies mid-run: ``python tests/comm_dead_peer.py gloo|mpi [deadline_s]`` on 3 ranks.
 
 After a barrier, rank 2 sleeps briefly and calls ``os._exit(3)``. Meanwhile rank 0 waits on
-ranks 1 and 2 (``Inbox.recv_any``) and rank 1 waits on ranks 2 and 0 (``wait_any`` over two
-posted receives); nobody ever sends, so only rank 2's death can end the waits early.
+ranks 1 and 2 (polling an Inbox's ``ready()``, as a root does) and rank 1 waits on ranks 2
+and 0 (``wait_any`` over two posted receives); nobody ever sends, so only rank 2's death can
+end the waits early.
 
 Each waiting rank prints one line and exits:
 ``PEER_FAILURE elapsed=<s> peer=<p> msg=<error>`` (code 0 under gloo; 4 under MPI, where the
@@ -42,8 +43,11 @@ def main() -> int:
         os._exit(3)
     try:
         if t.rank == 0:
-            p, _ = inbox.recv_any()
-            print(f"UNEXPECTED message from {p}", flush=True)
+            while not (ready := inbox.ready()):
+                if time.perf_counter() - t0 > deadline_s:
+                    raise PeerTimeout(0, "1,2", "rollout", deadline_s)
+                t.idle(1e-3)
+            print(f"UNEXPECTED message from {ready[0]}", flush=True)
             return 6
         i = t.wait_any(reqs)
         print(f"UNEXPECTED request {i} completed", flush=True)

@@ -8,12 +8,11 @@ it cannot notice a dead peer or be withdrawn (docs/index.md, "The Transport cont
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from archzoo.comm.base import Backoff, Request, Transport
-from archzoo.comm.errors import PeerFailure, PeerTimeout
+from archzoo.comm.base import Request, Transport
+from archzoo.comm.errors import PeerFailure
 from archzoo.messages import Message, Schema
 
 
@@ -110,28 +109,3 @@ class Inbox:
         _, req = self._slots[peer][0]
         self.transport.wait(req, timeout_s, on_poll)
         return self._slots[peer][0][0]
-
-    def recv_any(self, timeout_s: float | None = None,
-                 on_poll: Callable[[], None] | None = None) -> tuple[int, Message]:
-        """Wait for a message from any peer (fair round robin); release it after use."""
-        t = self.transport
-        t0 = time.perf_counter()
-        deadline = t0 + (t.timeout_s if timeout_s is None else timeout_s)
-        backoff = Backoff(t.idle, t.spin_s)
-        n = len(self.peers)
-        try:
-            while True:
-                for i in range(n):
-                    p = self.peers[(self._next + i) % n]
-                    msg = self.poll(p)
-                    if msg is not None:
-                        self._next = (self._next + i + 1) % n
-                        return p, msg
-                if on_poll is not None:
-                    on_poll()
-                if time.perf_counter() > deadline:
-                    raise PeerTimeout(t.rank, ",".join(map(str, self.peers)), self.what,
-                                      deadline - t0)
-                backoff.pause()
-        finally:
-            t.wait_s += time.perf_counter() - t0
