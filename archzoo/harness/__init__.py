@@ -20,22 +20,12 @@ from archzoo.harness.finish import (
     open_run,
     run_summary,
 )
-from archzoo.harness.protocol import (
-    LeafControl,
-    RankContext,
-    StopRequested,
-    finish_leaf,
-    finish_root,
-    handshake_leaf,
-    handshake_root,
-    play_star_roles,
-)
+from archzoo.harness.protocol import LeafControl, RankContext, StopRequested, play_star_roles
 from archzoo.harness.roles import LeafLink, RootRun, leaf, root
 from archzoo.harness.stats import (
     StatsReporter,
     absorb_stats,
     account_unroll,
-    leaf_stats,
     stats_message,
     train_on_unrolls,
 )
@@ -61,8 +51,6 @@ __all__ = [
     "TAG_INFER_REPLY", "TAG_INFER_REQUEST", "TAG_PARAMS",
     "TAG_SAMPLE_REPLY", "TAG_SAMPLE_REQUEST", "TAG_TOPOLOGY", "TAG_TRANSITIONS", "TAG_UNROLL",
     "abandon_run", "absorb_stats", "account_unroll", "actor_seed", "attach_checkpoints",
-    "byte_totals", "evaluator_seed",
-    "finish_leaf", "finish_root", "finish_run", "finish_single", "handshake_leaf",
-    "handshake_root", "leaf", "leaf_stats", "open_run", "play_star_roles", "root",
-    "run_summary", "stats_message", "train_on_unrolls",
+    "byte_totals", "evaluator_seed", "finish_run", "finish_single", "leaf", "open_run",
+    "play_star_roles", "root", "run_summary", "stats_message", "train_on_unrolls",
 ]

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from archzoo.comm import ControlChannel, Message
-from archzoo.records import ByeStats
 from archzoo.runlog import Monitor, accumulate_learner_stats
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
@@ -116,8 +115,3 @@ def train_on_unrolls(mon: Monitor, collect: Callable[[Message], None], msg: Mess
         mon.maybe_log()
         stop = mon.check_stop()
     return stop
-
-
-def leaf_stats(t: Any, timing: dict[str, float], **more: Any) -> ByeStats:
-    """A leaf's BYE statistics: its time breakdown (plus time waiting on peers), its bytes."""
-    return {"timing": {**timing, "wait": t.wait_s}, **more, "bytes": t.counters.totals()}
