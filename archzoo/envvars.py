@@ -47,8 +47,18 @@ FORK = "ARCHZOO_FORK"
 """``0``: archzoo.spawn starts every gloo rank as a fresh interpreter rather than as a fork of
 a process that imported torch once (archzoo.forkstart, :func:`fork_ranks`)."""
 
+LAUNCHER_PID = "ARCHZOO_LAUNCHER_PID"
+"""``PID:START`` of the process that started the ranks (archzoo.spawn: ``archzoo run``'s
+launcher, a test's spawner) with its start time, so that a rank stops when it dies, also
+where that process is not its parent (archzoo.lifeline)."""
+
+FORK_SERVER = "ARCHZOO_FORK_SERVER"
+"""The pid of the process that starts archzoo.forkstart's server, set while it does so from
+its main thread: the server then asks for a signal when that process dies (a parent-death
+signal follows the parent *thread*, which only the main thread outlives)."""
+
 ALL = (EMBEDDED, LAUNCH_TIME, STARTED_FILE, DONE_FILE, DEATHS_FILE, MPI_SURVIVE, RDZV_TIMEOUT,
-       FORK)
+       FORK, LAUNCHER_PID, FORK_SERVER)
 
 
 def launch_time() -> float:

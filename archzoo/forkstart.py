@@ -19,6 +19,14 @@ the server's, as a fork cannot change it.
 The launcher hands each rank to the server through multiprocessing's own local socket (a
 pickled :class:`multiprocessing.Process`); nothing crosses a network that way.
 
+Neither the server nor a rank outlives its parent. The server ends when the launcher does
+(multiprocessing's own pipe from the launcher reaches its end of file) and, started from the
+launcher's main thread, also asks the kernel for SIGTERM on its parent's death
+(archzoo.lifeline); each rank asks for SIGTERM on the server's death, at its first line, and
+ends at once if the server is gone already. Once it runs archzoo's worker, a rank takes that
+SIGTERM as the launcher lost (archzoo/worker.py). The launcher learns of a rank's end from
+the server; where the server died, it watches the rank's pid (:class:`ForkedRank`).
+
 :class:`ForkedRank` has the parts of :class:`subprocess.Popen` that archzoo.spawn uses.
 """
 
@@ -32,6 +40,8 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,11 +49,14 @@ from typing import Any
 
 import setproctitle
 
-__all__ = ["PRELOAD", "ForkedRank", "forkable", "start"]
+from archzoo import envvars, lifeline
+
+__all__ = ["PRELOAD", "ForkedRank", "forkable", "server_pid", "start"]
 
 PRELOAD = ["torch", "torch.distributed", "numpy", "gymnasium", "archzoo.cli",
-           "archzoo.worker"]
+           "archzoo.worker", "archzoo.forkstart"]
 """What the server imports before it forks a rank (what every rank would import)."""
+UNKNOWN_CODE = 1  # a rank's exit code once its server died (the server would have told it)
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CTX = (multiprocessing.get_context("forkserver")
@@ -64,9 +77,23 @@ def title(argv: Sequence[str], env: dict[str, str]) -> str:
     return shlex.join([sys.executable, *argv]) + where
 
 
+def _guard_server() -> None:
+    """In the fork server (it imports this module, :data:`PRELOAD`), started by the main
+    thread of process :data:`envvars.FORK_SERVER`: SIGTERM when that process dies."""
+    parent = os.environ.pop(envvars.FORK_SERVER, None)
+    if parent is not None and parent == str(os.getppid()):
+        lifeline.set_parent_death_signal(signal.SIGTERM)
+        if str(os.getppid()) != parent:  # it died before the signal was asked for
+            os._exit(128 + signal.SIGTERM)
+
+
 def _rank(argv: list[str], env: dict[str, str], cwd: str | None, out: str | None,
-          session: bool) -> None:
-    """The forked rank: become ``python argv...`` and run it."""
+          session: bool, server: int) -> None:
+    """The forked rank: become ``python argv...`` and run it (``server``: the fork server's
+    pid; the rank ends at once if the server is gone)."""
+    lifeline.set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != server:  # the server died before the signal was asked for
+        os._exit(128 + signal.SIGTERM)
     setproctitle.setproctitle(title(argv, env))  # first: it needs the environment in place
     os.environ.clear()
     os.environ.update(env)
@@ -93,27 +120,50 @@ def _rank(argv: list[str], env: dict[str, str], cwd: str | None, out: str | None
 
 
 class ForkedRank:
-    """A forked rank, seen as much like a :class:`subprocess.Popen` as archzoo.spawn needs."""
+    """A forked rank, seen as much like a :class:`subprocess.Popen` as archzoo.spawn needs.
 
-    def __init__(self, process: Any) -> None:
+    Its exit code comes from the fork server. Should the server die, multiprocessing
+    reports every rank ended (with 255) although they run on; then the rank is watched by
+    its pid and start time, and once it ended its code is :data:`UNKNOWN_CODE`."""
+
+    def __init__(self, process: Any, server: int) -> None:
         self._p = process
         self.pid: int = process.pid
+        self.server = server
+        self.started = lifeline.start_time(self.pid)
+        self._code: int | None = None
 
     @property
     def returncode(self) -> int | None:
-        return self._p.exitcode
+        return self.poll()
 
     def poll(self) -> int | None:
-        return self._p.exitcode
+        if self._code is None and (code := self._p.exitcode) is not None:
+            if not self.orphaned():
+                self._code = code
+            elif not self.running():
+                self._code = UNKNOWN_CODE
+        return self._code
+
+    def orphaned(self) -> bool:
+        """Whether the fork server that started this rank died (its word on the rank with
+        it)."""
+        return lifeline.start_time(self.server) is None
+
+    def running(self) -> bool:
+        return self.started is not None and lifeline.alive((self.pid, self.started))
 
     def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
         self._p.join(timeout)
-        if self._p.exitcode is None:
+        while self.poll() is None and (end is None or time.monotonic() < end):
+            time.sleep(0.02)  # an orphan: no server to wait on
+        if self._code is None:
             raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout or 0.0)
-        return self._p.exitcode
+        return self._code
 
     def send_signal(self, signum: int) -> None:
-        if self._p.exitcode is None:
+        if self.poll() is None:
             try:
                 os.kill(self.pid, signum)
             except ProcessLookupError:
@@ -131,14 +181,12 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
         raise ValueError(f"cannot fork {list(argv)}: -m MODULE or SCRIPT.py")
     assert _CTX is not None
     _CTX.set_forkserver_preload(PRELOAD)
-    p = _CTX.Process(target=_rank, args=(list(argv), dict(env),
-                                         None if cwd is None else str(cwd),
-                                         None if out is None else str(out), session),
-                     name="archzoo-rank")
     # the server reads the thread counts once, as it loads torch's and numpy's libraries,
     # so it takes the ranks' (the first ranks' it starts for: archzoo's are all 1)
-    before = {k: os.environ.get(k) for k in THREAD_VARS}
+    before = {k: os.environ.get(k) for k in (*THREAD_VARS, envvars.FORK_SERVER)}
     os.environ.update({k: env[k] for k in THREAD_VARS if k in env})
+    if threading.current_thread() is threading.main_thread():
+        os.environ[envvars.FORK_SERVER] = str(os.getpid())  # see _guard_server
     main = sys.modules["__main__"]
     # multiprocessing would import the caller's __main__ into the rank (a user's script that
     # calls archzoo.api would run again there); a name ending in ".__main__" it skips
@@ -146,6 +194,11 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
     stub.__spec__ = importlib.machinery.ModuleSpec("archzoo.__main__", None)
     sys.modules["__main__"] = stub
     try:
+        server = server_pid()
+        p = _CTX.Process(target=_rank, args=(list(argv), dict(env),
+                                             None if cwd is None else str(cwd),
+                                             None if out is None else str(out), session,
+                                             server), name="archzoo-rank")
         p.start()
     finally:
         sys.modules["__main__"] = main
@@ -154,4 +207,16 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return ForkedRank(p)
+    return ForkedRank(p, server)
+
+
+def server_pid() -> int:
+    """The fork server's pid (started now if it is not running)."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    return forkserver._forkserver._forkserver_pid  # noqa: SLF001 - multiprocessing's own
+
+
+if "multiprocessing.forkserver" in sys.modules and sys.argv[:1] == ["-c"]:
+    _guard_server()  # imported by the fork server (PRELOAD)

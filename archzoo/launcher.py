@@ -18,6 +18,14 @@ the ranks themselves: mpiexec's proxy and each rank's shell run in sessions of t
 gives them ``STOP_GRACE_S`` to keep what rank 0 learnt (archzoo/worker.py), then kills what
 is left, mpiexec's job included, and exits with 128 + the signal's number.
 
+A ``kill -9`` cannot be passed on, so the ranks learn of this process's death themselves
+(archzoo/lifeline.py: the kernel's parent-death signal, and a watch of this process's pid,
+which the ranks' environment names): they stop as on SIGTERM, rank 0 keeping what it learnt
+with ``stop_reason`` "launcher lost". The launcher in turn watches the ranks that are not its
+children: forked ranks whose fork server died (they stop: it was their parent) and the
+processes below an mpiexec that died (hydra's proxy kills the ranks when it loses mpiexec).
+docs/reliability.md has the table of what each ``kill -9`` does.
+
 Starting, watching, passing a signal on and killing are :func:`archzoo.spawn.run_ranks`'s
 (the spawner ``archzoo bench comm`` and the tests use too); this module says what a run
 needs of it: the ``ARCHZOO_*`` variables, which death ends the run, the exit code.
@@ -98,6 +106,11 @@ def run_mpiexec(argv: list[str], world_size: int) -> int:
                            envvars.STARTED_FILE: str(started)})
         job = run_ranks(world_size, child_argv(argv)[1:], "mpi", env=env, survive=True,
                         on_death=_rank0_decides(started), stop=stop_requested)
+        mpiexec = job.launcher_codes[0]
+        if not job.stopped and mpiexec is not None and mpiexec < 0:
+            print(f"archzoo: mpiexec {_how(mpiexec)}; its proxy ended every rank with it",
+                  file=sys.stderr, flush=True)
+            return 128 - mpiexec
         if job.returncode != 0 and not job.stopped and done.exists():
             print(f"archzoo: mpiexec exited with code {job.returncode} (a rank died); rank 0 "
                   "finished the run without it", file=sys.stderr, flush=True)

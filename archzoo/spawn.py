@@ -40,11 +40,23 @@ Supervision, every :data:`POLL_S` until every process has ended:
 
 Killing is SIGKILL to each process, to the group it leads (mpiexec), and to every process
 found below it (from /proc): nothing is left running when :func:`run_ranks` returns.
+
+No rank outlives this process either (archzoo.lifeline): the ranks' environment names it
+(``ARCHZOO_LAUNCHER_PID``), so that an archzoo rank stops as on SIGTERM when it dies, and
+supervision follows the ranks that are not its children:
+
+- a forked rank's parent is the fork server: should the server die, the ranks (whose
+  parent it was) stop, and each is watched by its pid until it ended; a line says so, and
+  what is left after :data:`ORPHAN_GRACE_S` is killed;
+- the processes below mpiexec and the torchruns are noted every :data:`KNOWN_EVERY_S` (pid
+  and start time): where a launcher process ended and left some of them running, they get
+  :data:`ORPHAN_GRACE_S` to end, then are killed, as they are by any kill.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import shutil
@@ -60,7 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from archzoo import envvars, forkstart
+from archzoo import envvars, forkstart, lifeline
 
 __all__ = ["BACKENDS", "Group", "RankResult", "clean_env", "descendants", "find_mpiexec",
            "free_port", "run_ranks"]
@@ -68,9 +80,11 @@ __all__ = ["BACKENDS", "Group", "RankResult", "clean_env", "descendants", "find_
 BACKENDS = ("gloo", "mpi", "none")
 POLL_S = 0.02
 STOP_GRACE_S = 5.0  # after a stop signal: time for the ranks to save and end
+ORPHAN_GRACE_S = 15.0  # ranks whose launcher process (fork server, mpiexec) died: to end
+KNOWN_EVERY_S = 0.5  # how often the processes below the launcher processes are noted
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT", envvars.EMBEDDED)
+                 "MASTER_PORT", envvars.EMBEDDED, envvars.LAUNCHER_PID)
 LAUNCHER_PREFIXES = ("PMI_", "OMPI_", "PMIX_", "TORCHELASTIC_")
 _HOST_PORTS = itertools.count(29400)  # rendezvous ports on simulated hosts (fresh per job)
 
@@ -186,6 +200,7 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
                               or sum(slots) != n or min(slots) < 0):
         raise ValueError(f"slots {list(slots)}: one count per simulated host, {n} in all")
     base = clean_env() if env is None else dict(env)
+    base[envvars.LAUNCHER_PID] = lifeline.this_process()  # the ranks stop when we die
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archzoo-ranks-")))
         job = _Job(n, backend, capture, tmp)
@@ -230,6 +245,9 @@ class _Job:
         self.rank_files: Path | None = None  # MPI: hydra's per-rank output files
         self.timed_out = False
         self.killed_at: float | None = None
+        self.known: dict[int, int] = {}  # pid -> start time of processes below launchers
+        self._noted_at = 0.0
+        self.server_lost = False  # the fork server of forked ranks died
 
     # -- starting -----------------------------------------------------------------------------
     def start(self, cmd: list[str], env: dict[str, str], cwd: Any, out: Path) -> None:
@@ -294,26 +312,70 @@ class _Job:
             return out
         return {i: p.returncode for i, p in enumerate(self.procs) if p.poll() not in (None, 0)}
 
+    def note_below(self, now: float) -> None:
+        """Note the processes below the launcher processes (mpiexec and its proxies, shells
+        and ranks; a torchrun's ranks), every KNOWN_EVERY_S."""
+        if self.kind == "ranks" or now - self._noted_at < KNOWN_EVERY_S:
+            return
+        self._noted_at = now
+        for p in self.procs:
+            if p.poll() is None:
+                for d in descendants(p.pid):
+                    if d not in self.known and (start := lifeline.start_time(d)) is not None:
+                        self.known[d] = start
+
+    def orphans(self) -> list[int]:
+        """Noted processes still running (once their launcher process ended, nobody else
+        watches them)."""
+        return [pid for pid, start in self.known.items() if lifeline.alive((pid, start))]
+
+    def fork_server_died(self) -> bool:
+        """Whether the fork server of forked ranks still running died (said once)."""
+        if self.server_lost:
+            return False
+        forked = [p for p in self.procs if isinstance(p, forkstart.ForkedRank)]
+        if not forked or not forked[0].orphaned():
+            return False
+        self.server_lost = True
+        left = [str(i) for i, p in enumerate(self.procs) if p.poll() is None]
+        print(f"archzoo: the fork server (pid {forked[0].server}) died; ranks "
+              f"{','.join(left) or '-'}, which it started, lost their parent and stop",
+              file=sys.stderr, flush=True)
+        return True
+
     def supervise(self, timeout_s: float | None,
                   on_death: Callable[[int, int], float | None],
                   stop: Callable[[], int | None] | None, rank_cmd: list[str]) -> int | None:
         """Watch until every process ended; the stop signal that ended it, if one did."""
         deadline = None if timeout_s is None else self.t0 + timeout_s
         kill_at: float | None = None
+        orphans_until: float | None = None
         try:
-            while len(self.ended) < len(self.procs):
+            while True:
                 now = time.monotonic()
+                self.note_below(now)
                 for i, p in enumerate(self.procs):
                     if i not in self.ended and p.poll() is not None:
                         self.ended[i] = now - self.t0
                 if len(self.ended) == len(self.procs):
-                    break
+                    left = self.orphans()
+                    if not left or (orphans_until is not None and now > orphans_until):
+                        break  # kill() takes what is left
+                    if orphans_until is None:
+                        orphans_until = now + ORPHAN_GRACE_S
+                        print(f"archzoo: the launcher process ended and left {len(left)} of "
+                              f"its processes running; they get {ORPHAN_GRACE_S:.0f}s to end",
+                              file=sys.stderr, flush=True)
                 if stop is not None and (signum := stop()):
                     return self.stop(signum, rank_cmd)
+                if self.fork_server_died():
+                    kill_at = min(kill_at or math.inf, now + ORPHAN_GRACE_S)
                 for rank, rc in self.deaths().items():
                     if rank in self.noted:
                         continue
                     self.noted[rank] = rc
+                    if self.server_lost:  # said once above; their codes are lost with it
+                        continue
                     grace = on_death(rank, rc)
                     if grace is not None:
                         kill_at = now + grace if kill_at is None else min(kill_at, now + grace)
@@ -337,6 +399,7 @@ class _Job:
         if self.killed_at is None and any(p.poll() is None for p in self.procs):
             self.killed_at = time.monotonic()
         below = [d for p in self.procs if p.poll() is None for d in descendants(p.pid)]
+        below += self.orphans()
         for p in self.procs:
             if p.poll() is None:
                 try:

@@ -16,6 +16,12 @@ deciding rank keeps a checkpoint, policy.pt and summary.json with ``stop_reason`
 "signal: SIGTERM" (Ctrl-C: "interrupted"), and the rank exits with 128 + the signal's
 number. Later stop signals are ignored, so that saving is not cut short (the launcher
 kills a rank that takes too long).
+
+A rank that a launcher started does not outlive it (archzoo/lifeline.py): when its parent or
+its launcher dies (``kill -9``, an OOM kill, a scheduler that signalled only the launcher),
+the kernel's parent-death signal or the lifeline's watch sends it SIGTERM, and the rank ends
+as on SIGTERM, with ``stop_reason`` "launcher lost" and one line naming what died. With no
+launcher left to kill it, it gives itself ``--comm-timeout`` seconds to do so, then exits.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import sys
 import threading
 import traceback
 
-from archzoo import envvars
+from archzoo import envvars, lifeline
 from archzoo.architectures import ArchModule
 from archzoo.checkpoint import CheckpointError
 from archzoo.comm import CommError
@@ -47,11 +53,30 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+class LauncherLost(Stopped):
+    """SIGTERM because the process that launched this rank (or its parent) died."""
+
+    REASON = "launcher lost"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(signal.SIGTERM)
+        self.why = why
+
+
+_OWN_DEADLINE_S = [60.0]  # --comm-timeout: how long a rank whose launcher died may take
+
+
 def _on_stop_signal(signum: int, frame: object) -> None:
     for s in STOP_SIGNALS:  # once: what follows saves the run, and must not be cut short
         signal.signal(s, signal.SIG_IGN)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
+    if signum == signal.SIGTERM and (why := lifeline.lost()):
+        # no launcher is left to kill this rank if saving hangs: it ends itself
+        timer = threading.Timer(_OWN_DEADLINE_S[0], os._exit, args=(128 + signum,))
+        timer.daemon = True
+        timer.start()
+        raise LauncherLost(why)
     raise Stopped(signum)
 
 
@@ -90,7 +115,10 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     transport = None
     code, reason, error = 0, "", True
     handlers = _catch_stop_signals()
+    _OWN_DEADLINE_S[0] = args.comm_timeout
     try:
+        if launch.under_launcher or os.environ.get(envvars.LAUNCHER_PID):
+            lifeline.watch()  # SIGTERM when the launcher dies (a one-process run has none)
         if launch.world_size > 1:
             transport = make_transport(args.backend, launch, args.comm_timeout,
                                        args.startup_timeout)
@@ -100,6 +128,10 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     except (CommError, TimeoutError, CheckpointError) as e:
         _say(launch.rank, str(e))
         code, reason = 1, str(e)
+    except LauncherLost as e:
+        print(f"archzoo: rank {launch.rank}: {e.why}: the rank stops (stop_reason: "
+              f"{LauncherLost.REASON})", file=sys.stderr, flush=True)
+        code, reason, error = 128 + e.signum, LauncherLost.REASON, False
     except Stopped as e:
         code, reason, error = 128 + e.signum, f"signal: {signal.Signals(e.signum).name}", False
     except KeyboardInterrupt:
@@ -111,6 +143,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
     if code != 0:
         _keep_what_was_learnt(launch.rank, reason, error)
     close_all()  # a live progress panel left by a failed run
+    lifeline.unwatch()
     _restore(handlers)
     if code == 0 and launch.rank == 0:
         envvars.mark_done()
@@ -119,6 +152,8 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         ends_job = launch.rank == 0 or not survive  # under a job that survives, rank 0 decides
         if not error:  # a stop signal reached every rank; archzoo's launcher kills the rest
             ends_job = launch.rank == 0 and not survive  # and rank 0 may still be saving
+        if reason == LauncherLost.REASON:  # nobody to tell: mpiexec itself may be gone
+            ends_job = False
         if code != 0 and transport.backend == "mpi" and ends_job:
             transport.abort(code)
         sys.stdout.flush()
