@@ -41,17 +41,30 @@ def _mpi():
 
 
 class MPIRequest(Request):
+    """One pending MPI operation with ``peer``.
+
+    An error that ``Test`` raises is not always this operation's: MPICH's progress engine
+    moves every transfer in flight on any call, and returns the error of whichever failed.
+    A peer that dies in the middle of a message it sends fails the copy out of its memory
+    (``process_vm_readv`` of a gone process, ESRCH) during the ``Test`` of any other request.
+    So an error is this request's peer's only when that peer is gone; while another peer is
+    gone (``lost``: the dead process's error), the request is simply not done yet, and is
+    tested again (at most :data:`FOREIGN_ERRORS` times in a row)."""
+
     __slots__ = ("peer", "what", "direction", "nbytes", "_req", "_done", "_on_done", "_buf",
-                 "_rank", "_gone")
+                 "_rank", "_gone", "_lost", "_foreign")
+    FOREIGN_ERRORS = 1000
 
     def __init__(self, req, buf: np.ndarray, peer, what: str, rank: int, on_done=None,
-                 direction: str = "from", gone=None) -> None:
+                 direction: str = "from", gone=None, lost=None) -> None:
         self._req, self._buf = req, buf
         self.peer, self.what, self._rank, self.direction = peer, what, rank, direction
         self.nbytes = buf.nbytes
         self._done = False
         self._on_done = on_done
         self._gone = gone  # peer -> why it is gone, or None while it lives
+        self._lost = lost  # the peers whose process is gone (refreshed by gone(now=True))
+        self._foreign = 0  # errors in a row that were a dead peer's, not this request's
 
     def test(self) -> bool:
         if self._done:
@@ -64,9 +77,14 @@ class MPIRequest(Request):
             for _ in range(50):  # a process being killed may still be listed for a moment
                 if self._gone is None or (why := self._gone(self.peer, now=True)):
                     break
+                if self._lost is not None and set(self._lost) - {self.peer} and \
+                        self._foreign < self.FOREIGN_ERRORS:
+                    self._foreign += 1  # another peer's death, met in this Test: not ours
+                    return False
                 time.sleep(0.01)
             raise PeerFailure(self._rank, self.peer, self.what,
                               why or (lines[-1] if lines else repr(e))) from e
+        self._foreign = 0
         if done:
             self._done = True
             self._buf = None
@@ -147,7 +165,7 @@ class MPITransport(Transport):
         b = as_bytes(buf)
         send = self.comm.Issend if synchronous else self.comm.Isend
         req = MPIRequest(send([b, self.MPI.BYTE], dst, tag), b, dst, what,
-                         self.rank, direction="to", gone=self.gone)
+                         self.rank, direction="to", gone=self.gone, lost=self.lost)
         self.counters.sent(dst, b.nbytes)
         return req
 
@@ -155,7 +173,7 @@ class MPITransport(Transport):
         self._check_peer(src)
         b = as_bytes(buf)
         req = MPIRequest(self.comm.Irecv([b, self.MPI.BYTE], src, tag), b, src, what, self.rank,
-                         on_done=self._received, gone=self.gone)
+                         on_done=self._received, gone=self.gone, lost=self.lost)
         self._pending.add(req)
         return req
 
