@@ -354,6 +354,8 @@ class _Job:
             while True:
                 now = time.monotonic()
                 self.note_below(now)
+                if self.fork_server_died():  # before the ranks' ends: it is why they end
+                    kill_at = min(kill_at or math.inf, now + ORPHAN_GRACE_S)
                 for i, p in enumerate(self.procs):
                     if i not in self.ended and p.poll() is not None:
                         self.ended[i] = now - self.t0
@@ -368,8 +370,6 @@ class _Job:
                               file=sys.stderr, flush=True)
                 if stop is not None and (signum := stop()):
                     return self.stop(signum, rank_cmd)
-                if self.fork_server_died():
-                    kill_at = min(kill_at or math.inf, now + ORPHAN_GRACE_S)
                 for rank, rc in self.deaths().items():
                     if rank in self.noted:
                         continue
