@@ -199,7 +199,7 @@ RESUME_MAY_CHANGE = frozenset({
     "total_steps", "time_limit", "target_return", "log_interval", "quiet", "tensorboard",
     "comm_timeout", "startup_timeout", "checkpoint_interval", "keep_checkpoints", "threads",
     "device", "backend", "actors", "resume", "run_dir", "max_restarts", "min_actors",
-    "checkpoint_replay", "record_video"})
+    "checkpoint_replay", "record_video", "wandb"})
 
 
 def resumed_values(run_dir: str, arch: str | None, given: dict[str, Any],

@@ -89,6 +89,28 @@ def test_an_impala_run_is_tracked_offline_with_tensorboards_scalars(tmp_path: Pa
     assert run["summary"]["stop_reason"] == s["stop_reason"] == "steps"
 
 
+def test_a_resumed_run_may_be_tracked(tmp_path: Path) -> None:
+    """--wandb is a logging flag that --resume may give anew: the resumed part is tracked
+    with the resumed config, from the checkpoint's steps on."""
+    d = tmp_path / "run"
+    first = cli("run", "impala", "--actors", "0", "--total-steps", "10000", "--quiet",
+                "--no-tensorboard", "--run-dir", str(d))
+    assert first.returncode == 0, first.stderr
+    before = json.loads((d / "summary.json").read_text())["env_steps"]
+    r = cli("run", "--resume", str(d), "--wandb", "--total-steps", "30000", "--log-interval",
+            "0.2")
+    assert r.returncode == 0, r.stderr
+    run = offline_run(d)
+    assert run["config"]["resume"] == str(d) and run["config"]["total_steps"] == 30000
+    assert run["config"]["wandb"] is True
+    rows = [row for row in csv.DictReader(open(d / "metrics.csv"))
+            if int(row["env_steps"]) > before]
+    logged = [h for h in run["history"] if any(k.startswith("metrics/") for k in h)]
+    assert [h["env_steps"] for h in logged] == [int(row["env_steps"]) for row in rows] != []
+    s = json.loads((d / "summary.json").read_text())
+    assert run["summary"]["env_steps"] == s["env_steps"] >= 30000
+
+
 def test_the_final_video_is_tracked(tmp_path: Path) -> None:
     pytest.importorskip("imageio_ffmpeg")
     d = tmp_path / "run"
