@@ -49,12 +49,6 @@ def insert_schema(fields: FieldSpec, cap: int, name: str = "transitions") -> Sch
                          ("count", np.int64, ())])
 
 
-def transitions_schema(obs_shape: tuple[int, ...], cap: int,
-                       obs_dtype: Any = np.float32) -> Schema:
-    """Actor -> replay: up to ``cap`` n-step transitions with their initial priorities."""
-    return insert_schema(memory_fields(obs_shape, obs_dtype), cap)
-
-
 def request_schema(batch_size: int) -> Schema:
     """Learner -> shard: how many samples, plus priority updates for an earlier batch."""
     return Schema("sample_request", [

@@ -37,8 +37,9 @@ from archzoo.replay.server import (
     RateLimiter,
     ReplayServer,
     ShardedReplayClient,
+    insert_schema,
+    memory_fields,
     reply_schema,
-    transitions_schema,
 )
 
 ENVS = ("ALE/Pong-v5", "MinAtar/Breakout-v1")
@@ -59,7 +60,7 @@ def frames(spec: EnvSpec, lead: tuple[int, ...], seed: int) -> np.ndarray:
 def message_kinds(spec: EnvSpec) -> dict[str, Schema]:
     """Every message that carries observations, as its owner derives it."""
     return {"unroll": unroll_schema(spec, T, E), "infer_request": request_schema(spec, E),
-            "transitions": transitions_schema(spec.obs_shape, CAP, spec.obs_dtype),
+            "transitions": insert_schema(memory_fields(spec.obs_shape, spec.obs_dtype), CAP),
             "sample_reply": reply_schema(spec.obs_shape, BATCH, spec.obs_dtype)}
 
 
@@ -119,7 +120,8 @@ def case_replay(t: Transport, spec: EnvSpec, tag: int) -> None:
         server.flush()
         return
     schema = builders.replay_inserts(cfg, spec)
-    assert schema.digest() == transitions_schema(spec.obs_shape, CAP, spec.obs_dtype).digest()
+    assert schema.digest() == insert_schema(memory_fields(spec.obs_shape, spec.obs_dtype),
+                                           CAP).digest()
     out = DoubleBuffer(t, schema, 1, tag, "transitions")
     for s in range(sends):  # the actor
         msg = out.next()

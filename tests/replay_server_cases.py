@@ -45,8 +45,8 @@ from archzoo.replay.server import (
     RateLimiter,
     ReplayServer,
     ShardedReplayClient,
+    insert_schema,
     memory_fields,
-    transitions_schema,
 )
 
 TIMEOUT_S = 15.0  # every transport wait
@@ -155,7 +155,7 @@ class Tags:
 # -- actor ---------------------------------------------------------------------------------------
 def actor_role(t: Transport, w: World, tags: Tags) -> None:
     control = ControlChannel(t, [0], tags.control)
-    schema = transitions_schema(OBS_SHAPE, INSERT_CAP)
+    schema = insert_schema(memory_fields(OBS_SHAPE), INSERT_CAP)
     go = control.recv_from(0, TIMEOUT_S)
     assert go.get("type") == "go", f"expected GO from the learner, got {go}"
     dest = w.dest(t.rank)

@@ -21,8 +21,8 @@ from archzoo.replay.server import (
     LocalReplayClient,
     RateLimiter,
     insert,
+    insert_schema,
     memory_fields,
-    transitions_schema,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -76,7 +76,7 @@ class Feeder:
 
     def __init__(self, memory, limiter: RateLimiter) -> None:
         self.memory, self.limiter = memory, limiter
-        self.msg = transitions_schema(OBS, CAP).new()
+        self.msg = insert_schema(memory_fields(OBS), CAP).new()
         self.next_id = 0
 
     def __call__(self, n: int = 1) -> int:
@@ -146,7 +146,7 @@ def test_local_client_waits_for_learning_starts():
     t0 = time.perf_counter()
     with pytest.raises(TimeoutError):
         client.receive(timeout_s=0.2)  # nothing inserts meanwhile
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 >= 0.2  # it waited out its deadline, not less
     assert lim.sampled == 0
     feed(3)
     assert feed(0) == 0  # an empty message inserts nothing

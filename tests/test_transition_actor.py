@@ -24,7 +24,7 @@ import torch
 from archzoo.actors.transitions import TransitionActor, epsilon
 from archzoo.envs import env_spec
 from archzoo.learners.dqn import QNetwork
-from archzoo.replay.server import transitions_schema
+from archzoo.replay.server import insert_schema, memory_fields
 from tests import logged_env
 from tests.logged_env import ENV_ID, NUM_ACTIONS
 
@@ -57,7 +57,7 @@ def constant_q(greedy: int) -> QNetwork:
 def collect(actor: TransitionActor, rounds: int, min_count: int = 50, n: int = 3,
             E: int = 4) -> list[dict]:
     """``rounds`` collect() calls; every transition as a dict, plus the message's priority."""
-    msg = transitions_schema((3,), min_count + E * n).new()
+    msg = insert_schema(memory_fields((3,)), min_count + E * n).new()
     out = []
     for _ in range(rounds):
         count = actor.collect(msg, min_count)
@@ -190,7 +190,7 @@ def test_every_transition_carries_the_version_that_acted() -> None:
     """The ``version`` field (the learner's replay lag counts from it) is the actor's
     parameters' version while it collected the batch, for every item of every batch."""
     actor, _ = make_actor(qnet(), 0.5, E=3)
-    msg = transitions_schema((3,), 40 + 3 * 3).new()
+    msg = insert_schema(memory_fields((3,)), 40 + 3 * 3).new()
     try:
         for version in (0, 7, 7, 12):
             actor.version = version
