@@ -27,6 +27,7 @@ from archzoo.learners.a2c import A2CConfig
 from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork
 from archzoo.learners.ga3c import A3CUnrollLearner
 from archzoo.learners.r2d2 import R2D2Learner, R2D2LossConfig
+from archzoo.learners.schedule import Schedule, TrainingBudget
 from archzoo.learners.vtrace import ImpalaLossConfig
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Schema
@@ -82,6 +83,12 @@ def learner_threads(cfg: RunConfig) -> None:
         torch.set_num_threads(cfg.learner_threads)
 
 
+def lr_schedule(cfg: VTraceConfig | ApexConfig) -> Schedule:
+    """Every learner's learning rate: ``--lr``, with ``--lr-decay`` decayed linearly to 0
+    over the budget that the learner follows (learners/schedule.py)."""
+    return Schedule(cfg.lr, decay=cfg.lr_decay)
+
+
 def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
     """The actor-critic learner: V-trace (IMPALA, SEED) or A3C's loss (GA3C's default)."""
     learner_threads(cfg)
@@ -91,10 +98,9 @@ def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VT
                                 normalize_advantages=cfg.normalize_advantages)
     cls = A3CUnrollLearner if loss == "a3c" else VTraceLearner
     return cls(actor_critic(cfg, spec), loss_cfg, cfg.lr, cfg.max_grad_norm,
-               torch.device(cfg.device), cfg.optimizer,
-               lr_decay_steps=cfg.total_steps if cfg.lr_decay else None, epochs=cfg.epochs,
-               minibatches=cfg.minibatches,
-               lr_decay_s=cfg.time_limit if cfg.lr_decay else None)
+               torch.device(cfg.device), cfg.optimizer, epochs=cfg.epochs,
+               minibatches=cfg.minibatches, schedule=lr_schedule(cfg),
+               budget=TrainingBudget(cfg.total_steps, cfg.time_limit))
 
 
 def a2c_loss_config(cfg: A2CRunConfig) -> A2CConfig:
@@ -147,10 +153,12 @@ def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner | R2D2Learner:
     learner_threads(cfg)
     if isinstance(cfg, R2D2Config):
         return R2D2Learner(q_network(cfg, spec), r2d2_loss(cfg), cfg.lr, cfg.target_update,
-                           cfg.max_grad_norm, torch.device(cfg.device), cfg.lr_decay)
+                           cfg.max_grad_norm, torch.device(cfg.device),
+                           schedule=lr_schedule(cfg))
     dqn = DQNConfig(lr=cfg.lr, target_update_period=cfg.target_update,
-                    max_grad_norm=cfg.max_grad_norm, lr_decay=cfg.lr_decay)
-    return DQNLearner(q_network(cfg, spec), dqn, torch.device(cfg.device))
+                    max_grad_norm=cfg.max_grad_norm)
+    return DQNLearner(q_network(cfg, spec), dqn, torch.device(cfg.device),
+                      schedule=lr_schedule(cfg))
 
 
 def transition_actor(cfg: ApexConfig, spec: EnvSpec, model: Any, eps: float,

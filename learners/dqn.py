@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from archzoo import eager
-from archzoo.learners.schedule import decay_lr
+from archzoo.learners.schedule import Schedule
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict, dueling, make_torso
 
 _KEYS = ("obs", "action", "ret", "next_obs", "discount")
@@ -160,13 +160,17 @@ class DQNConfig:
     huber_delta: float = 1.0
     optimizer: str = "adam"  # "adam", "rmsprop" (Ape-X's centred RMSProp) or "sgd"
     adam_eps: float = 1e-5
-    lr_decay: bool = False  # lr linearly to 0 over the run's budget (:meth:`DQNLearner.spend`)
 
 
 class DQNLearner:
-    """Owns the online and target Q-networks and the optimiser (Ape-X learner, Algorithm 2)."""
+    """Owns the online and target Q-networks and the optimiser (Ape-X learner, Algorithm 2).
 
-    def __init__(self, model: QNetwork, cfg: DQNConfig, device: torch.device) -> None:
+    ``schedule``: the learning rate of every update (learners/schedule.py; default
+    ``cfg.lr``, constant); with ``--lr-decay`` it follows the run's budget, which the
+    run's loop gives it (``learner.schedule.follow(monitor)``) once the Monitor exists."""
+
+    def __init__(self, model: nn.Module, cfg: DQNConfig, device: torch.device, *,
+                 schedule: Schedule | None = None) -> None:
         self.model = model.to(device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.cfg = cfg
@@ -184,6 +188,7 @@ class DQNLearner:
             raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
         self.version = 0  # number of updates applied: the parameters' version
         self.update_s = 0.0
+        self.schedule = Schedule(cfg.lr) if schedule is None else schedule
 
     def state_dict(self) -> dict[str, Any]:
         """Online and target networks, optimiser and version, for a checkpoint."""
@@ -214,6 +219,7 @@ class DQNLearner:
         td = (y - q_sa.detach()).abs().cpu().numpy().astype(np.float32)
         stats = {**update_stats(loss, q_sa, td, float(grad_norm), weights),
                  "lr": self.opt.param_groups[0]["lr"]}
+        self.schedule.after_update(self.opt)  # the next update's learning rate
         self.update_s += time.perf_counter() - t0
         return td, stats
 
@@ -229,14 +235,6 @@ class DQNLearner:
         if self.version % self.cfg.target_update_period == 0:
             self.target.load_state_dict(self.model.state_dict())
         return float(grad_norm)
-
-    def spend(self, spent: float) -> None:
-        """The run has used the fraction ``spent`` of its budget (env steps or seconds,
-        whichever runs out first): with ``lr_decay`` the next updates take the learning rate
-        ``lr · (1 − spent)``, IMPALA's linear schedule (Espeholt et al. 2018, Appendix G);
-        otherwise nothing changes."""
-        if self.cfg.lr_decay:
-            decay_lr(self.opt, self.cfg.lr, spent)
 
     @torch.no_grad()
     def td_abs(self, batch: Mapping[str, np.ndarray | Tensor]) -> np.ndarray:

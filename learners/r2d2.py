@@ -29,6 +29,7 @@ from torch import Tensor
 
 from archzoo.actors.unroll import core_inputs
 from archzoo.learners.dqn import DQNConfig, DQNLearner
+from archzoo.learners.schedule import Schedule
 from archzoo.nets import RecurrentQNetwork
 
 SEQUENCE_KEYS = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "first0",
@@ -180,10 +181,10 @@ class R2D2Learner(DQNLearner):
 
     def __init__(self, model: RecurrentQNetwork, cfg: R2D2LossConfig, lr: float,
                  target_update_period: int, max_grad_norm: float,
-                 device: torch.device, lr_decay: bool = False) -> None:
+                 device: torch.device, *, schedule: Schedule | None = None) -> None:
         super().__init__(model, DQNConfig(lr=lr, target_update_period=target_update_period,
-                                          max_grad_norm=max_grad_norm, adam_eps=1e-3,
-                                          lr_decay=lr_decay), device)
+                                          max_grad_norm=max_grad_norm, adam_eps=1e-3), device,
+                         schedule=schedule)
         self.loss_cfg = cfg
 
     def update(self, batch: Mapping[str, np.ndarray | Tensor],
@@ -207,5 +208,6 @@ class R2D2Learner(DQNLearner):
                  "lr": self.opt.param_groups[0]["lr"]}
         if w is not None:
             stats["is_weight_mean"] = float(w.mean())
+        self.schedule.after_update(self.opt)  # the next update's learning rate
         self.update_s += time.perf_counter() - t0
         return priorities.astype(np.float32), stats

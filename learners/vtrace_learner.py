@@ -17,7 +17,7 @@ from torch import nn
 
 from archzoo import eager
 from archzoo.actors.unroll import CORE_FIELDS, core_inputs
-from archzoo.learners.schedule import decay_lr, fraction_spent
+from archzoo.learners.schedule import Schedule, TrainingBudget
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, loss_targets, step_loss
 from archzoo.nets import cpu_optimizer_state, cpu_state_dict
 
@@ -41,30 +41,27 @@ class VTraceLearner:
 
     def __init__(self, model: nn.Module, loss_cfg: ImpalaLossConfig, lr: float,
                  max_grad_norm: float, device: torch.device, optimizer: str = "adam",
-                 lr_decay_steps: int | None = None, epochs: int = 1,
-                 minibatches: int = 1, lr_decay_s: float | None = None) -> None:
-        """``lr_decay_steps``: decay the learning rate linearly to 0 over that many env steps
-        trained on (IMPALA, Espeholt et al. 2018, Appendix G); ``lr_decay_s``: over that many
-        seconds of training, counted from the first update (a wall-clock budget). With both,
-        the schedule follows whichever budget is spent faster; with neither it is constant.
-        ``epochs`` × ``minibatches``: sample reuse as in PPO (Schulman et al. 2017) and APPO
-        (Petrenko et al. 2020): each batch is trained on ``epochs`` times, each time split
-        into ``minibatches`` random groups (of steps, or of whole trajectories for a
-        recurrent core: :meth:`_reuse`), one gradient step per group; 1 × 1 is IMPALA's
-        single step per batch."""
+                 epochs: int = 1, minibatches: int = 1, *, schedule: Schedule | None = None,
+                 budget: TrainingBudget | None = None) -> None:
+        """``schedule``: the learning rate of every update (learners/schedule.py; default
+        ``lr``, constant), which follows this learner's own ``budget``: the env steps it
+        trained on and its seconds of training from the first update, of a budget of each
+        (IMPALA's linear decay, Espeholt et al. 2018, Appendix G, over whichever is spent
+        faster). ``epochs`` × ``minibatches``: sample reuse as in PPO (Schulman et al.
+        2017) and APPO (Petrenko et al. 2020): each batch is trained on ``epochs`` times,
+        each time split into ``minibatches`` random groups (of steps, or of whole
+        trajectories for a recurrent core: :meth:`_reuse`), one gradient step per group;
+        1 × 1 is IMPALA's single step per batch."""
         if epochs < 1 or minibatches < 1:
             raise ValueError(f"epochs {epochs} and minibatches {minibatches} must be >= 1")
         self.model = model.to(device)
         self.device = device
         self.loss_cfg = loss_cfg
         self.max_grad_norm = max_grad_norm
-        self.lr, self.lr_decay_steps, self.lr_decay_s = lr, lr_decay_steps, lr_decay_s
-        self.trained_s = 0.0  # wall time since the first update (of earlier runs, on resume)
-        self._resumed_s = 0.0
-        self._first_update: float | None = None
+        self.training = TrainingBudget() if budget is None else budget
+        self.schedule = (Schedule(lr) if schedule is None else schedule).follow(self.training)
         self.epochs, self.minibatches = epochs, minibatches
         self.rng = torch.Generator().manual_seed(0)  # minibatch shuffles (sample reuse only)
-        self.steps_trained = 0  # valid env steps in the batches so far
         if optimizer == "adam":
             self.opt = eager.optimizer(torch.optim.Adam, self.model.parameters(), lr=lr,
                                        eps=1e-5)
@@ -87,17 +84,14 @@ class VTraceLearner:
         """Model, optimiser and version: what a checkpoint keeps of the learner."""
         with self.step_lock:
             return {"model": cpu_state_dict(self.model), "optimizer": cpu_optimizer_state(self.opt),
-                    "version": self.version, "steps_trained": self.steps_trained,
-                    "trained_s": self.trained_s}
+                    "version": self.version, **self.training.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self.step_lock:
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.version = int(state["version"])
-            self.steps_trained = int(state.get("steps_trained", 0))
-            self.trained_s = self._resumed_s = float(state.get("trained_s", 0.0))
-            self._first_update = None
+            self.training.load_state_dict(state)
 
     def loss(self, b: dict[str, torch.Tensor], logits: torch.Tensor,
              values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
@@ -126,26 +120,17 @@ class VTraceLearner:
         """Train on the given unrolls (in the given order): one step of the IMPALA loss, or
         ``epochs`` × ``minibatches`` steps with sample reuse. The version advances by one."""
         t0 = time.perf_counter()
-        if self._first_update is None:
-            self._first_update = t0
+        self.training.start(t0)
         b = batch_unrolls(unrolls, self.device)
         if self.epochs == 1 and self.minibatches == 1:
             stats = self._step(b, last=True)
         else:
             stats = self._reuse(b)
-        self.steps_trained += int(b["valid"].sum())
         now = time.perf_counter()
-        self.trained_s = self._resumed_s + now - self._first_update
-        if self.lr_decay_steps or self.lr_decay_s:  # the next update's learning rate
-            decay_lr(self.opt, self.lr, self.budget_spent())
+        self.training.trained(int(b["valid"].sum()), now)
+        self.schedule.after_update(self.opt)  # the next update's learning rate
         self.update_s += now - t0
         return stats
-
-    def budget_spent(self) -> float:
-        """The fraction of the decay budget spent: the larger of env steps trained on over
-        ``lr_decay_steps`` and seconds of training over ``lr_decay_s``."""
-        return fraction_spent((self.steps_trained, self.lr_decay_steps),
-                              (self.trained_s, self.lr_decay_s))
 
     def _reuse(self, b: dict[str, torch.Tensor]) -> dict[str, float]:
         """``epochs`` passes over ``b``, each in ``minibatches`` random groups; returns the

@@ -15,6 +15,7 @@ from archzoo import builders
 from archzoo.errors import UsageError
 from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork
 from archzoo.learners.r2d2 import R2D2Learner
+from archzoo.learners.schedule import Schedule
 from archzoo.resolve import parse_run, validate_run
 from archzoo.runlog import Monitor
 from tests.runs import cli, filled, load_run
@@ -26,21 +27,25 @@ def flat(m: torch.nn.Module) -> torch.Tensor:
 
 
 def test_the_learning_rate_follows_the_budget_spent() -> None:
+    """After each update the schedule reads the run's budget (a Monitor counting 1000 env
+    steps): the next update takes lr · (1 − spent); past the budget the rate is 0."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    learner = DQNLearner(QNetwork((3,), 3, hidden=8), DQNConfig(lr=1e-3, lr_decay=True), CPU)
+    learner = DQNLearner(QNetwork((3,), 3, hidden=8), DQNConfig(lr=1e-3), CPU,
+                         schedule=Schedule(1e-3, decay=True))
+    run = Monitor(None, None, 1000, None, 1.0, "x", quiet=True)
+    learner.schedule.follow(run)
     seen = []
-    for spent in (0.0, 0.25, 0.5, 0.9):
-        learner.spend(spent)
+    for steps in (250, 250, 400, 300):  # spent after each update: 0.25, 0.5, 0.9, 1.2
+        run.add_steps(steps)
         seen.append(learner.update(random_batch(rng))[1]["lr"])
     assert seen == pytest.approx([1e-3, 7.5e-4, 5e-4, 1e-4])
-    learner.spend(1.2)  # past the budget (the stop comes at the next check): no step at all
-    before = flat(learner.model)
+    before = flat(learner.model)  # past the budget (the stop comes at the next check)
     assert learner.update(random_batch(rng))[1]["lr"] == 0.0
-    assert torch.equal(flat(learner.model), before)
+    assert torch.equal(flat(learner.model), before)  # no step at all
     constant = DQNLearner(QNetwork((3,), 3, hidden=8), DQNConfig(lr=1e-3), CPU)
-    constant.spend(0.5)
-    assert constant.update(random_batch(rng))[1]["lr"] == 1e-3
+    constant.schedule.follow(run)
+    assert [constant.update(random_batch(rng))[1]["lr"] for _ in range(2)] == [1e-3] * 2
 
 
 def test_the_budget_spent_is_steps_or_seconds_whichever_is_further() -> None:
@@ -64,8 +69,8 @@ def test_the_flag_reaches_ape_x_and_r2d2_learners_and_gorila_refuses_it() -> Non
 
     for arch in ("apex", "r2d2"):
         on = learner(arch, "--lr-decay")
-        assert on.cfg.lr_decay and isinstance(on, R2D2Learner) == (arch == "r2d2")
-        assert not learner(arch).cfg.lr_decay
+        assert on.schedule.decay and isinstance(on, R2D2Learner) == (arch == "r2d2")
+        assert not learner(arch).schedule.decay
     cfg, given = parse_run(["run", "gorila", "--lr-decay"])
     with pytest.raises(UsageError, match="--lr-decay: gorila's parameter-server shards"):
         validate_run(cfg, given)

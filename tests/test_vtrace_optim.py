@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from archzoo.learners.schedule import Schedule, TrainingBudget
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import ActorCritic
@@ -69,7 +70,8 @@ def test_linear_learning_rate_decay_over_the_step_budget() -> None:
     n_valid = int(u["valid"].sum())
     budget = 3 * n_valid
     learner = VTraceLearner(ActorCritic((OBS,), A, 8), ImpalaLossConfig(), 1e-3, 1.0,
-                            torch.device("cpu"), lr_decay_steps=budget)
+                            torch.device("cpu"), schedule=Schedule(1e-3, decay=True),
+                            budget=TrainingBudget(steps=budget))
     seen = [learner.update([u])["lr"] for _ in range(4)]
     assert seen == pytest.approx([1e-3, 1e-3 * 2 / 3, 1e-3 / 3, 0.0])
     assert learner.state_dict()["steps_trained"] == 4 * n_valid
@@ -79,13 +81,14 @@ def test_linear_learning_rate_decay_over_the_step_budget() -> None:
 
 
 def test_linear_learning_rate_decay_over_the_time_budget() -> None:
-    """``lr_decay_s``: the schedule follows seconds of training from the first update (the
-    run's --time-limit); with a step budget too, whichever is spent faster. Sleeps only
+    """A budget of seconds: the schedule follows seconds of training from the first update
+    (the run's --time-limit); with a step budget too, whichever is spent faster. Sleeps only
     lengthen the time spent, so every bound below holds on a loaded machine."""
     torch.manual_seed(0)
     u = unroll(3)
     learner = VTraceLearner(ActorCritic((OBS,), A, 8), ImpalaLossConfig(), 1e-3, 1.0,
-                            torch.device("cpu"), lr_decay_s=0.6)
+                            torch.device("cpu"), schedule=Schedule(1e-3, decay=True),
+                            budget=TrainingBudget(seconds=0.6))
     first = learner.update([u])["lr"]
     assert first == pytest.approx(1e-3)  # the first step trains at the full rate
     time.sleep(0.3)
@@ -93,21 +96,23 @@ def test_linear_learning_rate_decay_over_the_time_budget() -> None:
     half = learner.opt.param_groups[0]["lr"]
     assert 0.0 <= half <= 0.5e-3 + 1e-9  # at least half of 0.6 s spent
     saved = learner.state_dict()
-    assert saved["trained_s"] >= 0.3
+    assert saved["trained_s"] >= 0.3 and saved["trained_s"] == learner.training.trained_s
     time.sleep(0.35)
     learner.update([u])
     assert learner.opt.param_groups[0]["lr"] == 0.0  # the budget is spent: lr stays at 0
     # a resumed learner goes on from the seconds it had trained
     resumed = VTraceLearner(ActorCritic((OBS,), A, 8), ImpalaLossConfig(), 1e-3, 1.0,
-                            torch.device("cpu"), lr_decay_s=0.6)
+                            torch.device("cpu"), schedule=Schedule(1e-3, decay=True),
+                            budget=TrainingBudget(seconds=0.6))
     resumed.load_state_dict(saved)
     resumed.update([u])
-    assert resumed.trained_s >= saved["trained_s"]
+    assert resumed.training.trained_s >= saved["trained_s"]
     assert resumed.opt.param_groups[0]["lr"] <= 0.5e-3 + 1e-9
     # both budgets: the step budget is spent first when the seconds are plentiful
     n_valid = int(u["valid"].sum())
     both = VTraceLearner(ActorCritic((OBS,), A, 8), ImpalaLossConfig(), 1e-3, 1.0,
-                         torch.device("cpu"), lr_decay_steps=2 * n_valid, lr_decay_s=1e9)
+                         torch.device("cpu"), schedule=Schedule(1e-3, decay=True),
+                         budget=TrainingBudget(steps=2 * n_valid, seconds=1e9))
     both.update([u])
     assert both.opt.param_groups[0]["lr"] == pytest.approx(0.5e-3, rel=1e-6)
-    assert both.budget_spent() == pytest.approx(0.5, rel=1e-6)
+    assert both.training.budget_spent() == pytest.approx(0.5, rel=1e-6)

@@ -86,6 +86,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list
                       parts={"learner": learner},
                       policy=(learner.model, builders.policy_meta(cfg, spec))) as run:
         run.survive(publisher, replay)
+        learner.schedule.follow(run.mon)  # --lr-decay: over the run's budget
         timers, published = Timers(), VersionClock(learner.version)  # when each went out
 
         def publish() -> None:
@@ -114,7 +115,6 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list
             replay.client.request(on_poll=service)  # prefetch the next batch while this trains
             lag = replay_lag_stats(learner.version, batch.data)  # the version it trains
             td, stats = learner.update(batch.data, batch.weights)
-            learner.spend(run.mon.budget_spent())  # --lr-decay
             run.mon.add_learner_stats({**stats, **lag})
             replay.client.update_priorities(batch, td)
             run.mon.updates = learner.version

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from archzoo import checkpoint, envvars
 from archzoo.comm import Transport
@@ -24,6 +24,9 @@ from archzoo.harness.protocol import RankContext
 from archzoo.records import ByeStats, RunSummary
 from archzoo.runlog import Monitor, RunDir
 from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from archzoo.learners.base import Learner
 
 
 class Stateful(Protocol):
@@ -280,7 +283,7 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
 
 
 def finish_single(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None,
-                  learner: Any, actor_timing: dict[str, float], meta: dict[str, Any],
+                  learner: Learner, actor_timing: dict[str, float], meta: dict[str, Any],
                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`finish_run` for ``--actors 0``: one actor and one learner in this process."""
     timers = {"actor0": actor_timing, "learner": {"update": learner.update_s}}

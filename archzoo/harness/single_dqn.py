@@ -34,6 +34,7 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     run_dir, mon = open_run(ctx, eval_window=APEX_EVAL_WINDOW * cfg.eval_episodes,
                             parts={"learner": learner},
                             policy=(learner.model, builders.policy_meta(cfg, spec)))
+    learner.schedule.follow(mon)  # --lr-decay: over the run's budget
     cpu = learner.device.type == "cpu"
     policy = learner.model if cpu else builders.q_network(cfg, spec)
     eps = (ladder_over_envs(cfg.envs_per_actor, cfg.eps_ladder, cfg.eps_base, cfg.eps_alpha)
@@ -66,7 +67,6 @@ def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             batch = client.receive()
             lag = replay_lag_stats(learner.version, batch.data)
             td, stats = learner.update(batch.data, batch.weights)
-            learner.spend(mon.budget_spent())  # --lr-decay
             mon.add_learner_stats({**stats, **lag})
             client.update_priorities(batch, td)
         follow()

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archzoo.comm import ControlChannel, Message
 from archzoo.runlog import Monitor, accumulate_learner_stats
+
+if TYPE_CHECKING:
+    from archzoo.learners.base import UnrollLearner
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
 
@@ -101,7 +104,8 @@ class StatsReporter:
 
 
 def train_on_unrolls(mon: Monitor, collect: Callable[[Message], None], msg: Message,
-                     learner: Any, after_update: Callable[[], None] | None = None) -> str:
+                     learner: UnrollLearner, after_update: Callable[[], None] | None = None
+                     ) -> str:
     """``--actors 0`` with unrolls: collect one into ``msg``, account it, take one update,
     until the Monitor says stop; returns why."""
     stop = None
