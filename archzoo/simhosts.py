@@ -89,15 +89,6 @@ class SimHost:
         """``cmd`` run inside this host's namespace."""
         return ["ip", "netns", "exec", self.name, *cmd]
 
-    def link_bytes(self) -> tuple[int, int]:
-        """(received, transmitted) bytes of this host's interface so far."""
-        out = []
-        for what in ("rx_bytes", "tx_bytes"):
-            r = subprocess.run(self.argv(["cat", f"/sys/class/net/{self.iface}/statistics/"
-                                                 f"{what}"]), capture_output=True, text=True)
-            out.append(int(r.stdout.strip() or 0))
-        return out[0], out[1]
-
     def pids(self) -> list[int]:
         r = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
         return [int(p) for p in r.stdout.split()]
