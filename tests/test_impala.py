@@ -103,7 +103,8 @@ def _wait_for_rows(csv_path: Path, timeout_s: float) -> None:
 
 def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
     """SIGKILL an actor mid-run with --min-actors 2 (async IMPALA would go on with one):
-    the learner and the other actor end with errors naming it."""
+    the learner and the other actor end with errors naming it, ended by the death, not by
+    the deadline of a wait (--comm-timeout)."""
     from archzoo.spawn import free_port
 
     d = tmp_path / "run"
@@ -119,17 +120,15 @@ def test_dead_actor_ends_the_run_naming_it_gloo(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT, text=True))
     try:
         _wait_for_rows(d / "metrics.csv", 60)
-        t_kill = time.time()
         procs[2].send_signal(signal.SIGKILL)
         outs = [p.communicate(timeout=40)[0] for p in procs[:2]]
-        elapsed = time.time() - t_kill
     finally:
         for p in procs:
             kill_tree(p, str(d))
     assert procs[0].returncode == 1, outs[0]
     assert "rank 2" in outs[0] and "error" in outs[0], outs[0]
     assert procs[1].returncode != 0, outs[1]
-    assert elapsed < 20, f"took {elapsed:.1f}s to notice"
+    assert "timed out" not in outs[0] + outs[1], outs
 
 
 def _find_rank_pid(marker: str, rank: int) -> int | None:
@@ -147,7 +146,8 @@ def _find_rank_pid(marker: str, rank: int) -> int | None:
 
 
 def test_dead_actor_ends_the_job_mpi(tmp_path: Path) -> None:
-    """SIGKILL an MPI actor mid-run: mpiexec ends the whole job with a non-zero code."""
+    """SIGKILL an MPI actor mid-run: mpiexec ends the whole job with a non-zero code, before
+    any wait reaches its deadline."""
     d = tmp_path / "run"
     from tests.mp import mpiexec_path
 
@@ -161,14 +161,12 @@ def test_dead_actor_ends_the_job_mpi(tmp_path: Path) -> None:
         _wait_for_rows(d / "metrics.csv", 60)
         pid = _find_rank_pid(str(d), 2)
         assert pid is not None, "rank 2 process not found"
-        t_kill = time.time()
         os.kill(pid, signal.SIGKILL)
         out = p.communicate(timeout=40)[0]
-        elapsed = time.time() - t_kill
     finally:
         kill_tree(p, str(d))
     assert p.returncode != 0, out
-    assert elapsed < 20
+    assert "timed out" not in out, out
 
 
 # -- bad input: one line, exit code 2, on rank 0 only ---------------------------------

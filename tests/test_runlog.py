@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -106,24 +107,30 @@ def test_every_new_column_reaches_tensorboard(tmp_path: Path) -> None:
     assert "metrics/policy_lag" not in ea.Tags()["scalars"]  # empty columns are left out
 
 
-def test_metrics_rows_start_at_the_first_env_step_and_time_only_rises(tmp_path: Path) -> None:
+def test_metrics_rows_start_at_the_first_env_step_and_time_only_rises(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """time_s counts from the first env step. Rows due during start-up (no step known yet)
     are not written: before, they were timed from the Monitor's start, so the column
-    counted 1..5 s of start-up and then restarted at the first step's 0."""
+    counted 1..5 s of start-up and then restarted at the first step's 0. The Monitor's
+    clock is the test's here, moved 12 ms at a time."""
     import time
 
+    from archzoo import runlog
+
+    now = [1000.0]
+    monkeypatch.setattr(runlog, "time", SimpleNamespace(time=lambda: now[0],
+                                                        perf_counter=time.perf_counter))
     run_dir = RunDir(tmp_path, {"tensorboard": False})
     mon = Monitor(run_dir, None, None, None, 0.01, "x", quiet=True)
     for _ in range(3):  # start-up: rows are due, none is written
-        time.sleep(0.012)
+        now[0] += 0.012
         mon.maybe_log()
-    mon.add_steps(16, first_step_time=time.time())
+    mon.add_steps(16, first_step_time=now[0])
     for _ in range(3):
-        time.sleep(0.012)
+        now[0] += 0.012
         mon.add_steps(16)
         mon.maybe_log()
     run_dir.close()
     rows = _rows(tmp_path)
-    times = [float(r["time_s"]) for r in rows]
-    assert len(rows) == 3 and all(int(r["env_steps"]) > 0 for r in rows)
-    assert times == sorted(times) and times[0] < 0.05
+    assert [int(r["env_steps"]) for r in rows] == [32, 48, 64]
+    assert [float(r["time_s"]) for r in rows] == [0.012, 0.024, 0.036]
