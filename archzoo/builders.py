@@ -7,37 +7,34 @@ policy.pt's ``meta`` (:func:`policy_meta`) records what ``archzoo eval`` needs t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from archzoo import eager, envs
-from archzoo.actors.sequences import SequenceActor, sequence_fields
 from archzoo.actors.transitions import TransitionActor
 from archzoo.actors.unroll import unroll_schema
-from archzoo.config import (
-    A2CRunConfig,
-    ApexConfig,
-    R2D2Config,
-    RunConfig,
-    VTraceConfig,
-)
+from archzoo.config import A2CRunConfig, ApexConfig, RunConfig, VTraceConfig
 from archzoo.envs import EnvSpec
 from archzoo.learners.a2c import A2CConfig
 from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork
 from archzoo.learners.ga3c import A3CUnrollLearner
-from archzoo.learners.r2d2 import R2D2Learner, R2D2LossConfig
 from archzoo.learners.schedule import Schedule, TrainingBudget
 from archzoo.learners.vtrace import ImpalaLossConfig
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Schema
 from archzoo.model_shapes import core_size
-from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
+from archzoo.nets import ActorCritic, RecurrentActorCritic
 from archzoo.paramserver import make_optimizer
 from archzoo.replay.frames import FrameLayout
 from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
 from archzoo.replay.server import insert_schema, memory_fields, reply_schema, request_schema
 from archzoo.topology.star import params_schema
+
+if TYPE_CHECKING:  # R2D2's parts (archzoo/architectures/r2d2.py)
+    from archzoo.actors.sequences import SequenceActor
+    from archzoo.nets import RecurrentQNetwork
+
 
 
 def env_spec(cfg: RunConfig) -> EnvSpec:
@@ -83,12 +80,6 @@ def learner_threads(cfg: RunConfig) -> None:
         torch.set_num_threads(cfg.learner_threads)
 
 
-def lr_schedule(cfg: VTraceConfig | ApexConfig) -> Schedule:
-    """Every learner's learning rate: ``--lr``, with ``--lr-decay`` decayed linearly to 0
-    over the budget that the learner follows (learners/schedule.py)."""
-    return Schedule(cfg.lr, decay=cfg.lr_decay)
-
-
 def vtrace_learner(cfg: VTraceConfig, spec: EnvSpec, loss: str = "vtrace") -> VTraceLearner:
     """The actor-critic learner: V-trace (IMPALA, SEED) or A3C's loss (GA3C's default)."""
     learner_threads(cfg)
@@ -124,16 +115,72 @@ def ps_optimizer(cfg: A2CRunConfig) -> Any:
     return make_optimizer("adam", cfg.lr)
 
 
+class ApexBuilder:
+    """The parts of a DQN-family architecture, built from its config (as Acme's agent
+    builders): Ape-X's and Gorila's are a feed-forward (dueling) Q-network, the
+    double-DQN learner, the ε-greedy actor of n-step transitions and replay items that are
+    transitions. An architecture names its builder on its record (``builder``,
+    archzoo/architectures/__init__.py); R2D2's (archzoo/architectures/r2d2.py) changes the
+    parts and keeps Ape-X's roles."""
+
+    inserts = "transitions"  # what the actors' messages to replay carry
+
+    def __init__(self, cfg: ApexConfig) -> None:
+        self.cfg = cfg
+
+    def q_network(self, spec: EnvSpec) -> QNetwork | RecurrentQNetwork:
+        """The Q-network, its initial parameters drawn from ``cfg.seed``."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        return QNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.dueling, cfg.model,
+                        spec.obs_dtype)
+
+    def learner(self, spec: EnvSpec) -> DQNLearner:
+        """The double-DQN learner (Horgan et al. 2018, Algorithm 2), its learning rate on
+        ``--lr-decay``'s schedule."""
+        cfg = self.cfg
+        dqn = DQNConfig(lr=cfg.lr, target_update_period=cfg.target_update,
+                        max_grad_norm=cfg.max_grad_norm)
+        return DQNLearner(self.q_network(spec), dqn, torch.device(cfg.device),
+                          schedule=lr_schedule(cfg))
+
+    def actor(self, spec: EnvSpec, model: Any, eps: float | Any,
+              seed: int) -> TransitionActor | SequenceActor:
+        """The ε-greedy actor of n-step transitions with initial priorities."""
+        cfg = self.cfg
+        return TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps,
+                               seed)
+
+    def items(self, spec: EnvSpec) -> FieldSpec:
+        """What one replay item holds: an n-step transition."""
+        return memory_fields(spec.obs_shape, spec.obs_dtype)
+
+    def frames(self, frame_ndim: int) -> FrameLayout:
+        """How replay keeps an image item's observations: frames stored once, the
+        transition's ``obs`` and ``next_obs`` rebuilt from them."""
+        return FrameLayout(("obs", "next_obs"), frame_ndim)
+
+    def policy_meta(self) -> dict[str, Any]:
+        """What policy.pt's meta adds for a Q-network."""
+        return {"net": "q", "dueling": self.cfg.dueling}
+
+
+def dqn_builder(cfg: ApexConfig) -> ApexBuilder:
+    """The builder of ``cfg``'s DQN-family architecture (its record's ``builder``)."""
+    from archzoo.architectures import get
+
+    return get(cfg.arch).make_builder(cfg)
+
+
+def lr_schedule(cfg: VTraceConfig | ApexConfig) -> Schedule:
+    """Every learner's learning rate: ``--lr``, with ``--lr-decay`` decayed linearly to 0
+    over the budget that the learner follows (learners/schedule.py)."""
+    return Schedule(cfg.lr, decay=cfg.lr_decay)
+
+
 def q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork | RecurrentQNetwork:
-    """The Q-network (R2D2: the recurrent one), its initial parameters drawn from
-    ``cfg.seed``."""
-    torch.manual_seed(cfg.seed)
-    if isinstance(cfg, R2D2Config):
-        size, prev = core(cfg)
-        return RecurrentQNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model,
-                                 spec.obs_dtype, size, prev)
-    return QNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.dueling, cfg.model,
-                    spec.obs_dtype)
+    """The Q-network of ``cfg``'s builder (R2D2's: the recurrent one)."""
+    return dqn_builder(cfg).q_network(spec)
 
 
 def learner_q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork | RecurrentQNetwork:
@@ -143,56 +190,35 @@ def learner_q_network(cfg: ApexConfig, spec: EnvSpec) -> QNetwork | RecurrentQNe
     return q_network(cfg, spec)
 
 
-def r2d2_loss(cfg: R2D2Config) -> R2D2LossConfig:
-    return R2D2LossConfig(gamma=cfg.gamma, n_step=cfg.n_step, burn_in=cfg.burn_in,
-                          eta=cfg.priority_eta, rescale_eps=cfg.rescale_eps)
-
-
-def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner | R2D2Learner:
-    """Ape-X's and Gorila's double-DQN learner, or R2D2's on sequences."""
+def dqn_learner(cfg: ApexConfig, spec: EnvSpec) -> DQNLearner:
+    """The learner of ``cfg``'s builder: Ape-X's and Gorila's double-DQN learner, or R2D2's
+    on sequences; its process takes ``--learner-threads``."""
     learner_threads(cfg)
-    if isinstance(cfg, R2D2Config):
-        return R2D2Learner(q_network(cfg, spec), r2d2_loss(cfg), cfg.lr, cfg.target_update,
-                           cfg.max_grad_norm, torch.device(cfg.device),
-                           schedule=lr_schedule(cfg))
-    dqn = DQNConfig(lr=cfg.lr, target_update_period=cfg.target_update,
-                    max_grad_norm=cfg.max_grad_norm)
-    return DQNLearner(q_network(cfg, spec), dqn, torch.device(cfg.device),
-                      schedule=lr_schedule(cfg))
+    return dqn_builder(cfg).learner(spec)
 
 
-def transition_actor(cfg: ApexConfig, spec: EnvSpec, model: Any, eps: float,
+def transition_actor(cfg: ApexConfig, spec: EnvSpec, model: Any, eps: float | Any,
                      seed: int) -> TransitionActor | SequenceActor:
-    """The ε-greedy actor: n-step transitions (Ape-X, Gorila) or sequences (R2D2)."""
-    if isinstance(cfg, R2D2Config):
-        return SequenceActor(spec, cfg.envs_per_actor, cfg.sequence_length,
-                             cfg.sequence_length - cfg.sequence_overlap, model, eps, seed,
-                             r2d2_loss(cfg))
-    return TransitionActor(spec, cfg.envs_per_actor, cfg.n_step, cfg.gamma, model, eps, seed)
+    """The ε-greedy actor of ``cfg``'s builder: n-step transitions (Ape-X, Gorila) or
+    sequences (R2D2)."""
+    return dqn_builder(cfg).actor(spec, model, eps, seed)
 
 
 def replay_items(cfg: ApexConfig, spec: EnvSpec) -> FieldSpec:
     """What one replay item holds: an n-step transition, or R2D2's sequence."""
-    if isinstance(cfg, R2D2Config):
-        size, prev = core(cfg)
-        return sequence_fields(spec, cfg.sequence_length, size, prev)
-    return memory_fields(spec.obs_shape, spec.obs_dtype)
+    return dqn_builder(cfg).items(spec)
 
 
 def replay_memory(cfg: ApexConfig, spec: EnvSpec, capacity: int, seed: int) -> UniformReplay:
     """Prioritized (Ape-X, R2D2; Gorila with --prioritized) or uniform (Gorila's default)
     replay."""
-    fields = replay_items(cfg, spec)
+    family = dqn_builder(cfg)
+    fields = family.items(spec)
     # images are kept as frames stored once: an Atari stack is 4 frames of 84×84, any
-    # other image one frame; R2D2's sequences keep their observations the same way
+    # other image one frame (the builder says how its items' observations are kept)
     frames = None
     if spec.image:
-        frame_ndim = 2 if spec.atari else len(spec.obs_shape)
-        if isinstance(cfg, R2D2Config):  # a new sequence every stride steps: ~stride frames
-            stride = cfg.sequence_length - cfg.sequence_overlap
-            frames = FrameLayout(("obs",), frame_ndim, stride + 3)
-        else:
-            frames = FrameLayout(("obs", "next_obs"), frame_ndim)
+        frames = family.frames(2 if spec.atari else len(spec.obs_shape))
     if not cfg.prioritized:
         return UniformReplay(capacity, fields, seed=seed, frames=frames)
     return PrioritizedReplay(capacity, fields, alpha=cfg.alpha, frames=frames,
@@ -209,7 +235,7 @@ def replay_digests(cfg: ApexConfig, spec: EnvSpec, n_params: int) -> dict[str, s
 
 def insert_name(cfg: ApexConfig) -> str:
     """What the actors' messages to replay carry: transitions or sequences."""
-    return "sequences" if isinstance(cfg, R2D2Config) else "transitions"
+    return dqn_builder(cfg).inserts
 
 
 def replay_inserts(cfg: ApexConfig, spec: EnvSpec) -> Schema:
@@ -219,12 +245,15 @@ def replay_inserts(cfg: ApexConfig, spec: EnvSpec) -> Schema:
 
 def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
     """What ``archzoo eval`` needs to rebuild the policy saved in policy.pt."""
+    from archzoo.architectures import get
+
     meta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
             "obs_dtype": spec.obs_dtype, "num_actions": spec.num_actions,
             "hidden": cfg.hidden, "model": cfg.model, "env_kwargs": dict(spec.kwargs),
             "episodic_life": spec.episodic_life, "env_import": list(spec.imports)}
-    if isinstance(cfg, ApexConfig):
-        meta.update(net="q", dueling=cfg.dueling)
+    record = get(cfg.arch)
+    if record.builder is not None:  # the DQN family: a Q-network
+        meta.update(record.make_builder(cfg).policy_meta())
     if core(cfg)[0]:
         meta.update(core=cfg.core, core_prev_action_reward=cfg.core_prev_action_reward)
     return meta

@@ -14,9 +14,12 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archzoo.model_shapes import core_size
+
+if TYPE_CHECKING:
+    from archzoo.architectures.rolemap import RoleMap
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
@@ -166,12 +169,19 @@ class RunConfig:
     default_topology = "star"
 
     def world_size(self, actors: int) -> int:
-        """Processes for ``actors`` actors: one learner plus the actors (one with 0)."""
-        return actors + 1 if actors > 0 else 1
+        """Processes for ``actors`` actors (one with 0), from the architecture's role map
+        (its record's ``roles``, archzoo/architectures/rolemap.py)."""
+        return self.role_map().world_size(self, actors)
 
     def actors_for(self, world_size: int) -> int:
         """Actors in a world of ``world_size`` processes (the inverse of world_size)."""
-        return world_size - 1
+        return self.role_map().actors_for(self, world_size)
+
+    def role_map(self) -> RoleMap:
+        """The role map of this config's architecture (``arch``)."""
+        from archzoo.architectures import get
+
+        return get(self.arch).roles
 
     # -- checks --------------------------------------------------------------------------
     def problem(self) -> str | None:
@@ -518,13 +528,6 @@ class ApexConfig(RunConfig):
     prioritized: bool = opt(True, "prioritized replay (Schaul et al. 2016)", group="replay",
                             flag=False)
 
-    def world_size(self, actors: int) -> int:
-        """Learner + replay shards + actors; ``--actors 0`` is one process."""
-        return 1 + self.replay_shards + actors if actors > 0 else 1
-
-    def actors_for(self, world_size: int) -> int:
-        return world_size - 1 - self.replay_shards
-
     def insert_capacity(self) -> int:
         """Most transitions in one actor->replay message (a batch plus the n-step tails)."""
         return self.actor_batch + self.envs_per_actor * self.n_step
@@ -637,13 +640,6 @@ class GorilaConfig(ApexConfig):
                                 "versions old", group="Gorila")
     param_sync_every: int = opt(1, "actor batches between parameter pulls", group="Gorila")
 
-    def world_size(self, actors: int) -> int:
-        """K shards + 1 replay + L learners + the actors; ``--actors 0`` is one process."""
-        return self.ps_shards + 1 + self.learners + actors if actors > 0 else 1
-
-    def actors_for(self, world_size: int) -> int:
-        return world_size - self.ps_shards - 1 - self.learners
-
     def check(self, r: Rules) -> None:
         r.need(not self.lr_decay, "--lr-decay: gorila's parameter-server shards apply the "
                "gradients with their own optimiser, which keeps a constant learning rate; "
@@ -680,16 +676,6 @@ class A3CConfig(A2CRunConfig):
         """A2C without a server: sync mode over a topology other than the star."""
         return self.mode == "sync" and self.topology not in (None, "star")
 
-    def world_size(self, actors: int) -> int:
-        """K shards + the actor-learners (all-reduce: the actor-learners alone); ``--actors
-        0`` is one process."""
-        if self.all_reduce:
-            return max(1, actors)
-        return self.ps_shards + actors if actors > 0 else 1
-
-    def actors_for(self, world_size: int) -> int:
-        return world_size if self.all_reduce else world_size - self.ps_shards
-
     def check(self, r: Rules) -> None:
         r.need(self.topology in (None, "star") or self.mode == "sync",
                f"a3c cannot use --topology {self.topology} in --mode async: its workers push "
@@ -716,13 +702,6 @@ class GalaConfig(A2CRunConfig):
 
     gossip_every: int = opt(1, "local updates between gossip rounds", group="GALA")
     default_topology = "ring"
-
-    def world_size(self, actors: int) -> int:
-        """One process per agent (``--actors`` counts agents; 0 = one agent, no gossip)."""
-        return max(1, actors)
-
-    def actors_for(self, world_size: int) -> int:
-        return world_size
 
     def check(self, r: Rules) -> None:
         r.need(self.topology in (None, "ring"), f"gala cannot use --topology {self.topology}: "

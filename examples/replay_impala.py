@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archzoo import builders, harness
-from archzoo.architectures import Architecture, impala
+from archzoo.architectures import STAR, Architecture, impala, play
 from archzoo.config import ImpalaConfig, Rules, opt
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -44,7 +44,7 @@ class ReplayImpalaConfig(ImpalaConfig):
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     """Every rank: IMPALA's role map, with the learner loop below on rank 0."""
-    return harness.play_star_roles(ctx, impala.run_single, run_learner, impala.run_actor)
+    return play(ctx, impala.run_single, learner=run_learner, actor=impala.run_actor)
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -80,5 +80,5 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
 ARCH = Architecture(
     name="replay_impala", module=__name__, config=ReplayImpalaConfig,
     description="IMPALA whose learner mixes fresh unrolls with replayed ones (CLEAR, LASER)",
-    roles="0 learner with a replay memory; 1..N actors", modes=("async", "sync"),
+    roles=STAR, modes=("async", "sync"),
     topologies=("star", "tree", "butterfly", "ring", "native"))

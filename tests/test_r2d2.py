@@ -11,6 +11,7 @@ import torch
 from archzoo import builders
 from archzoo.actors.sequences import SequenceActor, sequence_fields
 from archzoo.actors.unroll import core_inputs
+from archzoo.architectures.r2d2 import R2D2Builder
 from archzoo.config import R2D2Config
 from archzoo.envs import env_spec
 from archzoo.learners.r2d2 import (
@@ -157,7 +158,7 @@ def test_burn_in_steps_carry_no_gradient_and_no_loss() -> None:
     b = time_major(seqs, torch.device("cpu"))
     b["obs"] = b["obs"].float().requires_grad_(True)
     model = builders.q_network(cfg, builders.env_spec(cfg))
-    loss_cfg = builders.r2d2_loss(cfg)
+    loss_cfg = R2D2Builder(cfg).loss()
     td, mask, _ = sequence_td(model, model, b, loss_cfg)
     assert td.shape == (cfg.sequence_length - cfg.burn_in, len(seqs["actions"]))
     (td * mask).pow(2).sum().backward()

@@ -1,9 +1,12 @@
 """The named architectures: each a role map plus its loops over the components.
 
 Every architecture is declared once here, as an :class:`Architecture` record: its name,
-its config class (archzoo/config.py), its roles, the modes and topologies it runs, and the
-module whose ``run(ctx)`` plays a rank's role. Modules are imported lazily (they import
-torch), so the CLI can list, parse and validate without paying for that.
+its config class (archzoo/config.py), its role map (archzoo/architectures/rolemap.py: the
+roles in rank order and how many ranks each, from which the world size, each rank's role
+and the registry's text follow), the modes and topologies it runs, the module whose
+``run(ctx)`` plays a rank's role and, for the DQN family, the builder of its parts
+(archzoo/builders.py). Modules are imported lazily (they import torch), so the CLI can
+list, parse and validate without paying for that.
 
 :func:`get` also finds architectures outside archzoo (docs/tutorial.md builds one):
 
@@ -27,6 +30,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from archzoo import config as C
+from archzoo.architectures.rolemap import (
+    ACTORS,
+    STAR,
+    Placement,
+    Role,
+    RoleMap,
+    placement,
+    play,
+)
+
+__all__ = ["ACTORS", "ARCHITECTURES", "ArchModule", "Architecture", "Placement", "Role",
+           "RoleMap", "STAR", "dir_name", "get", "installed", "load", "names", "placement",
+           "play", "user_paths"]
 
 
 class ArchModule(Protocol):
@@ -37,54 +53,79 @@ class ArchModule(Protocol):
 
 @dataclass(frozen=True)
 class Architecture:
+    """One architecture: ``roles`` is its role map; ``builder``, ``module:NAME`` of the
+    class that builds a DQN-family architecture's parts from its config (None elsewhere)."""
+
     name: str
     module: str
     config: type[C.RunConfig]
     description: str
-    roles: str
+    roles: RoleMap
     modes: tuple[str, ...]
     topologies: tuple[str, ...]
+    builder: str | None = None
 
     def load(self) -> ArchModule:
         return importlib.import_module(self.module)
 
+    def make_builder(self, cfg: C.RunConfig) -> Any:
+        """The builder of ``cfg``'s parts (``builder``, imported now)."""
+        if self.builder is None:
+            raise KeyError(f"architecture {self.name!r} has no builder")
+        module, _, name = self.builder.partition(":")
+        return getattr(importlib.import_module(module), name)(cfg)
+
 
 _ALL = ("star", "tree", "butterfly", "ring", "native")
+_TREES = ("star", "tree", "butterfly", "ring")
+
+_REPLAY = RoleMap(Role("learner"), Role("shard", "replay_shards", "replay shards", "K"),
+                  Role("actor", ACTORS))  # Ape-X's and R2D2's
+
+
+def _server_shards(cfg: C.A3CConfig) -> int:
+    """A3C's parameter-server ranks: none when A2C all-reduces (--mode sync, not a star)."""
+    return 0 if cfg.all_reduce else cfg.ps_shards
+
 
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
     Architecture("impala", "archzoo.architectures.impala", C.ImpalaConfig,
                  "IMPALA: actors send unrolls with behaviour logits; a central V-trace learner",
-                 "0 learner; 1..N actors", ("async", "sync"), _ALL),
+                 STAR, ("async", "sync"), _ALL),
     Architecture("apex", "archzoo.architectures.apex", C.ApexConfig,
                  "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner",
-                 "0 learner; 1..K replay shards; then actors", ("async",),
-                 ("star", "tree", "butterfly", "ring")),
+                 _REPLAY, ("async",), _TREES, builder="archzoo.builders:ApexBuilder"),
     Architecture("a3c", "archzoo.architectures.a3c", C.A3CConfig,
                  "A3C (async) / A2C (--mode sync): actor-learners push gradients to a "
                  "sharded PS, or all-reduce (--mode sync --topology ring|tree|...)",
-                 "0..K-1 parameter-server shards; then actor-learners (all-reduce: "
-                 "0..W-1 actor-learners)", ("async", "sync"), _ALL),
+                 RoleMap(Role("shard", _server_shards, "parameter-server shards (none when "
+                              "all-reducing)", "K"),
+                         Role("worker", ACTORS, "actor-learners")),
+                 ("async", "sync"), _ALL),
     Architecture("gorila", "archzoo.architectures.gorila", C.GorilaConfig,
                  "Gorila: actors, a replay memory, L learners and a sharded parameter server",
-                 "0..K-1 PS shards; K replay; then L learners; then actors", ("async",),
-                 ("star", "tree", "butterfly", "ring")),
+                 RoleMap(Role("shard", "ps_shards", "PS shards", "K"), Role("replay"),
+                         Role("learner", "learners", "learners", "L"), Role("actor", ACTORS)),
+                 ("async",), _TREES, builder="archzoo.builders:ApexBuilder"),
     Architecture("gala", "archzoo.architectures.gala", C.GalaConfig,
                  "GALA/PALA: A2C agents averaging their models by gossip over a ring",
-                 "0..N-1 agents (0 also keeps the learning curve)", ("async",), ("ring",)),
+                 RoleMap(Role("agent", ACTORS, "agents (0 also keeps the learning curve)")),
+                 ("async",), ("ring",)),
     Architecture("seed", "archzoo.architectures.seed", C.SeedConfig,
                  "SEED RL: actors only step envs; the learner batches their inference and "
-                 "trains", "0 learner + inference server; 1..N actors", ("async", "sync"),
-                 ("star",)),
+                 "trains", RoleMap(Role("learner", what="learner + inference server"),
+                                   Role("actor", ACTORS)),
+                 ("async", "sync"), ("star",)),
     Architecture("r2d2", "archzoo.architectures.r2d2", C.R2D2Config,
                  "R2D2: Ape-X's replay roles on sequences of a recurrent Q-network, stored "
-                 "state and burn-in", "0 learner; 1..K replay shards; then actors",
-                 ("async",), ("star", "tree", "butterfly", "ring")),
+                 "state and burn-in", _REPLAY, ("async",), _TREES,
+                 builder="archzoo.architectures.r2d2:R2D2Builder"),
     Architecture("ga3c", "archzoo.architectures.ga3c", C.Ga3cConfig,
                  "GA3C: agents ask batched predictor threads; trainer threads update one "
-                 "model", "0 server (predictor and trainer threads); 1..N agents",
+                 "model", RoleMap(Role("server", what="server (predictor and trainer threads)"),
+                                  Role("actor", ACTORS, "agents")),
                  ("async",), ("star",)),
 )}
-
 
 ENTRY_POINTS = "archzoo.architectures"  # the entry-point group of installed architectures
 

@@ -137,8 +137,9 @@ class Worker:
                 **self.timers.s, "wait": t.wait_s}
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = builders.env_spec(ctx.cfg)
+def play_worker(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
+    """Every rank (a3c's role map has only workers here): a worker, which on rank 0 also
+    decides."""
     worker = Worker(ctx, spec)
     digests = {"params": params_schema(num_params(worker.model)).digest()}
     if ctx.rank == 0:

@@ -5,8 +5,9 @@ that push gradients of the n-step actor-critic loss. Sync mode is the chief of D
 (Heess et al. 2017, Algorithm 2 of the supplement): each round waits for W − D of the W
 workers' gradients.
 
-Role map: ranks 0..K−1 are parameter-server shards (``--ps-shards K``; rank 0 also keeps
-the learning curve and decides when to stop), ranks K.. are actor-learners.
+Role map (its record's, archzoo/architectures/__init__.py): ranks 0..K−1 are
+parameter-server shards (``--ps-shards K``; rank 0 also keeps the learning curve and
+decides when to stop), ranks K.. are actor-learners.
 
 - An actor-learner pulls θ′, acts for ``--t-max`` steps on E envs, computes the gradient
   of the A2C loss (policy term with (R − V) held constant, value term, entropy bonus),
@@ -33,6 +34,7 @@ import numpy as np
 from archzoo import builders, harness
 from archzoo.actors.segment import SegmentActor
 from archzoo.architectures import a2c_allreduce
+from archzoo.architectures.rolemap import placement, play
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import param_shard, run_shards
@@ -45,17 +47,10 @@ APPLIED = "gradients worker->shards and parameters shards->worker point-to-point
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = builders.env_spec(ctx.cfg)
-    if ctx.world_size == 1:
-        return run_single(ctx, spec)
-    if ctx.cfg.all_reduce:  # sync over ring/tree/butterfly/native: no parameter server
-        return a2c_allreduce.run(ctx)
-    k = ctx.cfg.ps_shards
-    shards, workers = list(range(k)), list(range(k, ctx.world_size))
-    if ctx.rank in shards:
-        return run_shard(ctx, spec, shards, workers)
-    run_worker(ctx, spec, shards, workers)
-    return None
+    """Every rank: the role its rank plays in the role map. Sync over ring, tree,
+    butterfly or native, the map has no shard: every rank is an all-reducing worker."""
+    worker = a2c_allreduce.play_worker if ctx.cfg.all_reduce else run_worker
+    return play(ctx, run_single, shard=run_shard, worker=worker)
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -100,10 +95,10 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                               extra={"ps": state.stats.as_dict()})
 
 
-def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
-              workers: list[int]) -> dict[str, Any] | None:
+def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
     """A parameter-server shard; shard 0 also keeps the learning curve and decides."""
-    cfg = ctx.cfg
+    cfg, place = ctx.cfg, placement(ctx)
+    shards, workers = place["shard"], place["worker"]
     model = builders.actor_critic(cfg, spec)  # every shard: the same initial parameters
     shard = param_shard(ctx, model, shards, workers, builders.ps_optimizer(cfg),
                         mode=cfg.mode, drop=cfg.ps_drop, staleness=cfg.staleness)
@@ -114,14 +109,14 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int],
         return None
     rule = ("async: apply each gradient as it arrives" if cfg.mode == "async"
             else f"sync: wait for W - D = {len(workers) - cfg.ps_drop} of {len(workers)}")
-    return end.finish(model, meta, topology="star", applied=APPLIED,
-                      role=lambda r: "worker" if r in workers else "shard",
+    return end.finish(model, meta, topology="star", applied=APPLIED, role=place.role,
                       extra={"mode_rule": rule})
 
 
-def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list[int]) -> None:
+def run_worker(ctx: RankContext, spec: EnvSpec) -> None:
     """An actor-learner: act t_max steps with θ′, push the gradient, take the fresh θ."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    shards = place["shard"]
     model = builders.actor_critic(cfg, spec)
     n = num_params(model)
     with harness.leaf(ctx, {s.name: s.digest() for s in ps_schemas(n)}) as link:
@@ -129,7 +124,7 @@ def run_worker(ctx: RankContext, spec: EnvSpec, shards: list[int], workers: list
         params, versions = client.sync()
         set_flat(model, params)
         actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
-                             a2c_allreduce.worker_seed(cfg.seed, workers.index(ctx.rank)))
+                             a2c_allreduce.worker_seed(cfg.seed, place.index(ctx.rank)))
         a2c = builders.a2c_loss_config(cfg)
         first = time.time()
         update_s = comm_s = 0.0

@@ -1,7 +1,9 @@
 """Ape-X (Horgan et al. 2018, Algorithms 1 and 2): distributed prioritized experience replay.
 
-Role map: rank 0 is the learner; ranks 1..K are replay shards (``--replay-shards K``; with
-K = 0 the replay lives in the learner); the remaining ranks are actors.
+Role map (its record's, archzoo/architectures/__init__.py): rank 0 is the learner; ranks
+1..K are replay shards (``--replay-shards K``; with K = 0 the replay lives in the learner);
+the remaining ranks are actors. R2D2 plays the same roles with its own parts
+(:class:`archzoo.architectures.r2d2.R2D2Builder`).
 
 - Actor i explores with ε_i = ε^(1 + α·i/(N−1)), assembles n-step transitions, computes
   their initial priorities with its local Q-network and ships batches to its shard
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from archzoo import builders, harness
+from archzoo.architectures.rolemap import placement, play
 from archzoo.config import APEX_EVAL_WINDOW, ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -37,33 +40,19 @@ from archzoo.runlog import Timers, VersionClock
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
 
-STREAMS = "transitions actor->replay and samples replay<->learner point-to-point"
-
 
 def applied(cfg: ApexConfig) -> str:
-    """Where the chosen topology is used (summary.json's topology_applied)."""
+    """Where the chosen topology is used (summary.json's topology_applied); what the actors
+    send is the builder's (transitions, or R2D2's sequences)."""
     return (f"parameter broadcast learner->actors over "
-            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; {STREAMS}")
-
-
-def roles(cfg: ApexConfig, world_size: int) -> tuple[list[int], list[int]]:
-    """(replay shard ranks, actor ranks)."""
-    k = cfg.replay_shards
-    return list(range(1, 1 + k)), list(range(1 + k, world_size))
+            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; "
+            f"{builders.insert_name(cfg)} actor->replay and samples replay<->learner "
+            "point-to-point")
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = builders.env_spec(ctx.cfg)
-    if ctx.world_size == 1:
-        return run_single_dqn(ctx, spec)
-    shards, actors = roles(ctx.cfg, ctx.world_size)
-    if ctx.rank == 0:
-        return run_learner(ctx, spec, shards, actors)
-    if ctx.rank in shards:
-        run_shard(ctx, spec, shards, actors)
-    else:
-        run_actor(ctx, spec, shards, actors)
-    return None
+    """Every rank (Ape-X's and R2D2's): the role its rank plays in the role map."""
+    return play(ctx, run_single_dqn, learner=run_learner, shard=run_shard, actor=run_actor)
 
 
 def _digests(cfg: ApexConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
@@ -71,11 +60,11 @@ def _digests(cfg: ApexConfig, spec: EnvSpec, model: Any = None) -> dict[str, str
     return builders.replay_digests(cfg, spec, num_params(model))
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[int],
-                topology_applied: str | None = None) -> dict[str, Any]:
+def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: sample, one double-DQN step, new priorities back, publish every so often
-    (R2D2's too: ``builders.dqn_learner`` is the config's; ``topology_applied``, its text)."""
-    cfg, t = ctx.cfg, ctx.transport
+    (R2D2's too: ``builders.dqn_learner`` is its builder's)."""
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    shards, actors = place["shard"], place["actor"]
     learner = builders.dqn_learner(cfg, spec)
     publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout,
                                 params_schema(num_params(learner.model)), actors,
@@ -127,32 +116,34 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list
                             "wait": t.wait_s}}
     return run.finish(learner.model, learner.version, device=learner.device,
                       topology=cfg.topology, timers=timers_0,
-                      applied=topology_applied or applied(cfg),
-                      role=lambda r: "shard" if r in shards else "actor",
+                      applied=applied(cfg), role=place.role,
                       extra={"replay_shards": len(shards), "replay_size": replay.client.size,
                              "replay_inserted": replay.client.inserted,
                              "replay": replay_summary(run.byes, shards),
                              "params_messages_root": publisher.messages()})
 
 
-def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[int]) -> None:
+def run_shard(ctx: RankContext, spec: EnvSpec) -> None:
     """A replay shard: its share of the actors (round robin) and of the capacity."""
-    cfg, k = ctx.cfg, len(shards)
-    mine = [a for j, a in enumerate(actors) if j % k == shards.index(ctx.rank)]
+    cfg, place = ctx.cfg, placement(ctx)
+    shards, actors = place["shard"], place["actor"]
+    k = len(shards)
+    mine = [a for j, a in enumerate(actors) if j % k == place.index(ctx.rank)]
     serve_replay(ctx, spec, _digests(cfg, spec), actors=mine, learners=0,
                  capacity=cfg.replay_capacity // k, learning_starts=-(-cfg.learning_starts // k))
 
 
-def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], actors: list[int]) -> None:
+def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     """An ε_i-greedy actor: batches to its shard, the newest parameters before each."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    shards, actors = place["shard"], place["actor"]
     model = builders.q_network(cfg, spec)  # its weights come from the learner
     me = TransitionLeaf(ctx, spec, model, actors)
     params = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(num_params(model)), 0,
                               me.load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
                               [0, *actors])
     with harness.leaf(ctx, _digests(cfg, spec, model)) as link:
-        me.start(link, shards[actors.index(ctx.rank) % len(shards)] if shards else 0)
+        me.start(link, shards[place.index(ctx.rank) % len(shards)] if shards else 0)
         link.on_stop(lambda: me.out.flush(on_poll=params.take_newest),
                      stats=lambda: me.stats(params=params.stats()),
                      drain=params.take_newest, settle=params.settle)

@@ -32,6 +32,7 @@ from archzoo.actors.core_states import CoreStates
 from archzoo.actors.inference import inference_summary
 from archzoo.actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
 from archzoo.actors.unroll import unroll_schema
+from archzoo.architectures.rolemap import placement, play
 from archzoo.comm import Inbox, Request
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import Ga3cConfig
@@ -51,7 +52,7 @@ def _learner(cfg: Ga3cConfig, spec: EnvSpec):
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     """Entry point on every rank; returns the summary on rank 0."""
-    return harness.play_star_roles(ctx, run_single, run_server, run_agent)
+    return play(ctx, run_single, server=run_server, actor=run_agent)
 
 
 def _schemas(cfg: Ga3cConfig, spec: EnvSpec):
@@ -74,8 +75,8 @@ def _core_states(cfg: Ga3cConfig, learner: Any, agents: list[int]) -> CoreStates
 def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0's communication thread: requests and unrolls into the bounded queues, replies
     out; the predictor and trainer threads do the rest (learners/ga3c_server.py)."""
-    cfg, t = ctx.cfg, ctx.transport
-    agents = list(range(1, ctx.world_size))
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    agents = place["actor"]
     req_s, rep_s, u_schema, digests = _schemas(cfg, spec)
     requests = Inbox(t, req_s, agents, harness.TAG_INFER_REQUEST, depth=1,
                      what="prediction request")
@@ -132,7 +133,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                            "trainers": cfg.trainers},
              "queues": srv.queue_summary()}
     return run.finish(srv.learner.model, srv.learner.version, device=srv.learner.device,
-                      applied=APPLIED, timers=timers_0, extra=extra)
+                      applied=APPLIED, timers=timers_0, role=place.role, extra=extra)
 
 
 def run_agent(ctx: RankContext, spec: EnvSpec) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from archzoo import builders, eager, harness
 from archzoo.actors.segment import SegmentActor
+from archzoo.architectures.rolemap import play
 from archzoo.config import GalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -116,10 +117,14 @@ class Agent:
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = builders.env_spec(ctx.cfg)
+    """Every rank: an agent (the role map has no other role)."""
+    return play(ctx, lambda ctx, spec: run_single(ctx, spec, Agent(ctx, spec)),
+                agent=play_agent)
+
+
+def play_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
+    """An agent that gossips; rank 0's also keeps the learning curve and decides."""
     agent = Agent(ctx, spec)
-    if ctx.transport is None:
-        return run_single(ctx, spec, agent)
     digests = {"params": params_schema(num_params(agent.model)).digest()}
     if ctx.rank == 0:
         return run_deciding_agent(ctx, spec, agent, digests)

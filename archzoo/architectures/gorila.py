@@ -1,9 +1,10 @@
 """Gorila (Nair et al. 2015): actors, a replay memory, several learners and a sharded
 parameter server, each a separate role.
 
-Role map: 0..K−1 parameter-server shards (``--ps-shards K``; rank 0 also keeps the learning
-curve and decides when to stop), rank K the replay memory (the Ape-X replay server,
-uniform unless ``--prioritized``), then ``--learners L`` learners, then the actors.
+Role map (its record's, archzoo/architectures/__init__.py): 0..K−1 parameter-server
+shards (``--ps-shards K``; rank 0 also keeps the learning curve and decides when to stop),
+rank K the replay memory (the Ape-X replay server, uniform unless ``--prioritized``), then
+``--learners L`` learners, then the actors.
 
 - An actor acts ε-greedily (Ape-X's ladder) with parameters it pulls from the server every
   ``--param-sync-every`` batches, and sends n-step transitions to the replay.
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from archzoo import builders, harness
+from archzoo.architectures.rolemap import placement, play
 from archzoo.config import APEX_EVAL_WINDOW, GorilaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -58,13 +60,6 @@ def applied(cfg: GorilaConfig) -> str:
             f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; {STREAMS}")
 
 
-def roles(cfg: GorilaConfig, world: int) -> tuple[list[int], int, list[int], list[int]]:
-    """(PS shard ranks, replay rank, learner ranks, actor ranks)."""
-    k, lrn = cfg.ps_shards, cfg.learners
-    return (list(range(k)), k, list(range(k + 1, k + 1 + lrn)),
-            list(range(k + 1 + lrn, world)))
-
-
 def _digests(cfg: GorilaConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
     n = num_params(builders.q_network(cfg, spec) if model is None else model)
     return {**builders.replay_digests(cfg, spec, n),
@@ -79,25 +74,15 @@ def _pull(ps: PSClient, model: Any) -> np.ndarray:
 
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
-    spec = builders.env_spec(ctx.cfg)
-    if ctx.world_size == 1:
-        return run_single_dqn(ctx, spec)
-    shards, replay, learners, actors = roles(ctx.cfg, ctx.world_size)
-    if ctx.rank in shards:
-        return run_shard(ctx, spec, shards, learners, actors)
-    if ctx.rank == replay:
-        run_replay(ctx, spec, learners, actors)
-    elif ctx.rank in learners:
-        run_learner(ctx, spec, shards, replay, learners)
-    else:
-        run_actor(ctx, spec, shards, replay, actors)
-    return None
+    """Every rank: the role its rank plays in the role map."""
+    return play(ctx, run_single_dqn, shard=run_shard, replay=run_replay, learner=run_learner,
+                actor=run_actor)
 
 
-def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list[int],
-              actors: list[int]) -> dict[str, Any] | None:
+def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
     """A parameter-server shard (Adam, async); shard 0 also pushes to the actors' tree."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    shards, learners, actors = place["shard"], place["learner"], place["actor"]
     model, meta = builders.q_network(cfg, spec), builders.policy_meta(cfg, spec)
     shard = param_shard(ctx, model, shards, learners + actors,
                         make_optimizer("adam", cfg.lr), mode="async", staleness=cfg.staleness)
@@ -111,33 +96,32 @@ def run_shard(ctx: RankContext, spec: EnvSpec, shards: list[int], learners: list
                      publisher=publisher, publish_every=cfg.publish_every, lag_from="actors")
     if end is None:
         return None
-    replay = shards[-1] + 1
-    role = {r: ("learner" if r in learners else "actor" if r in actors else
-                "replay" if r == replay else "shard") for r in end.run.byes}
+    replay, = place["replay"]
     return end.finish(model, meta, topology=cfg.topology, applied=applied(cfg),
-                      role=role.get, extra={
+                      role=place.role, extra={
                           "learners": len(learners),
                           "replay": end.run.byes[replay].get("replay", {}),
                           "params_messages_root": publisher.messages() if publisher else None})
 
 
-def run_replay(ctx: RankContext, spec: EnvSpec, learners: list[int], actors: list[int]) -> None:
+def run_replay(ctx: RankContext, spec: EnvSpec) -> None:
     """The replay memory: every actor inserts, every learner samples."""
-    cfg = ctx.cfg
-    serve_replay(ctx, spec, _digests(cfg, spec), actors=actors, learners=learners,
+    cfg, place = ctx.cfg, placement(ctx)
+    serve_replay(ctx, spec, _digests(cfg, spec), actors=place["actor"],
+                 learners=place["learner"],
                  capacity=cfg.replay_capacity, learning_starts=cfg.learning_starts)
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
-                learners: list[int]) -> None:
+def run_learner(ctx: RankContext, spec: EnvSpec) -> None:
     """Sample, the double-DQN gradient on the server's parameters, push it, take theirs."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    shards, replay = place["shard"], place["replay"]
     online = builders.learner_q_network(cfg, spec)  # --learner-threads
     with harness.leaf(ctx, _digests(cfg, spec, online)) as link:
         ps = PSClient(t, shards, num_params(online), PS_TAGS)
         version = int(_pull(ps, online)[0])  # shard 0's, as the actors' versions are
         target = copy.deepcopy(online).requires_grad_(False)
-        samples = ShardedReplayClient(t, [replay], spec.obs_shape, cfg.batch_size, cfg.beta,
+        samples = ShardedReplayClient(t, replay, spec.obs_shape, cfg.batch_size, cfg.beta,
                                       cfg.prioritized, harness.SAMPLE_TAGS,
                                       harness.actor_seed(cfg.seed, ctx.rank),
                                       obs_dtype=spec.obs_dtype)
@@ -165,11 +149,11 @@ def run_learner(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
                 target.load_state_dict(online.state_dict())
 
 
-def run_actor(ctx: RankContext, spec: EnvSpec, shards: list[int], replay: int,
-              actors: list[int]) -> None:
+def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
     """An ε_i-greedy actor: transitions to the replay, the server's parameters pulled every
     ``--param-sync-every`` batches (or pushed down the actors' tree)."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    shards, (replay,), actors = place["shard"], place["replay"], place["actor"]
     model = builders.q_network(cfg, spec)
     with harness.leaf(ctx, _digests(cfg, spec, model)) as link:
         ps = PSClient(t, shards, num_params(model), PS_TAGS)

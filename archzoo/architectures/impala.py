@@ -29,6 +29,7 @@ import numpy as np
 from archzoo import builders, harness
 from archzoo.actors.action_log import ActionLog, catch_up
 from archzoo.actors.unroll import TIMING, UnrollActor
+from archzoo.architectures.rolemap import play
 from archzoo.comm import Message
 from archzoo.comm.sender import SendWindow
 from archzoo.envs import EnvSpec
@@ -44,7 +45,7 @@ from archzoo.topology.broadcast import (
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     """Entry point on every rank; returns the summary on rank 0."""
-    return harness.play_star_roles(ctx, run_single, run_learner, run_actor)
+    return play(ctx, run_single, learner=run_learner, actor=run_actor)
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """R2D2 (Kapturowski et al., ICLR 2019): recurrent experience replay in distributed RL.
 
-R2D2 keeps Ape-X's distributed prioritized replay (Horgan et al. 2018) — and here its roles
-(archzoo/architectures/apex.py): rank 0 is the learner, ranks 1..K replay shards
-(``--replay-shards K``; 0 = in the learner), the rest actors — and changes what is
-replayed and how it is learnt:
+R2D2 keeps Ape-X's distributed prioritized replay (Horgan et al. 2018) and its roles
+(archzoo/architectures/apex.py: rank 0 is the learner, ranks 1..K replay shards,
+``--replay-shards K``, 0 = in the learner, the rest actors) and changes what is replayed and
+how it is learnt. :class:`R2D2Builder` builds those parts in place of Ape-X's
+(:class:`archzoo.builders.ApexBuilder`; the record names it):
 
 - **the network** has an LSTM core after the torso and a dueling head
   (archzoo/nets.py ``RecurrentQNetwork``; ``--core lstm[:SIZE]``);
@@ -26,32 +27,62 @@ from __future__ import annotations
 
 from typing import Any
 
-from archzoo import builders
-from archzoo.architectures import apex
+import torch
+
+from archzoo.actors.sequences import SequenceActor, sequence_fields
+from archzoo.architectures.apex import run
+from archzoo.builders import ApexBuilder, core, lr_schedule
 from archzoo.config import R2D2Config
-from archzoo.harness import RankContext
-from archzoo.harness.single_dqn import run_single_dqn
-from archzoo.topology.broadcast import describe_broadcast
+from archzoo.envs import EnvSpec
+from archzoo.learners.r2d2 import R2D2Learner, R2D2LossConfig
+from archzoo.nets import RecurrentQNetwork
+from archzoo.replay.frames import FrameLayout
+from archzoo.replay.memory import FieldSpec
+
+__all__ = ["R2D2Builder", "run"]  # run: Ape-X's roles, with this builder's parts
 
 
-def applied(cfg: R2D2Config) -> str:
-    """Where the chosen topology is used (summary.json's topology_applied)."""
-    return (f"parameter broadcast learner->actors over "
-            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; sequences "
-            "actor->replay and samples replay<->learner point-to-point")
+class R2D2Builder(ApexBuilder):
+    """R2D2's parts: the recurrent Q-network, the sequence actor, sequences as replay items
+    and the R2D2 learner; the roles, the replay server and the priority updates are
+    Ape-X's."""
 
+    inserts = "sequences"
+    cfg: R2D2Config
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
-    """Ape-X's roles with R2D2's parts: builders.py picks the recurrent Q-network, the
-    sequence actor, the sequence replay and the R2D2 learner from ``R2D2Config``."""
-    spec = builders.env_spec(ctx.cfg)
-    if ctx.world_size == 1:
-        return run_single_dqn(ctx, spec)
-    shards, actors = apex.roles(ctx.cfg, ctx.world_size)
-    if ctx.rank == 0:
-        return apex.run_learner(ctx, spec, shards, actors, topology_applied=applied(ctx.cfg))
-    if ctx.rank in shards:
-        apex.run_shard(ctx, spec, shards, actors)
-    else:
-        apex.run_actor(ctx, spec, shards, actors)
-    return None
+    def loss(self) -> R2D2LossConfig:
+        cfg = self.cfg
+        return R2D2LossConfig(gamma=cfg.gamma, n_step=cfg.n_step, burn_in=cfg.burn_in,
+                              eta=cfg.priority_eta, rescale_eps=cfg.rescale_eps)
+
+    def q_network(self, spec: EnvSpec) -> RecurrentQNetwork:
+        """The recurrent Q-network (``--core lstm[:SIZE]``), its initial parameters drawn
+        from ``cfg.seed``."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        size, prev = core(cfg)
+        return RecurrentQNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model,
+                                 spec.obs_dtype, size, prev)
+
+    def learner(self, spec: EnvSpec) -> R2D2Learner:
+        cfg = self.cfg
+        return R2D2Learner(self.q_network(spec), self.loss(), cfg.lr, cfg.target_update,
+                           cfg.max_grad_norm, torch.device(cfg.device),
+                           schedule=lr_schedule(cfg))
+
+    def actor(self, spec: EnvSpec, model: Any, eps: float | Any, seed: int) -> SequenceActor:
+        """An actor that adds a sequence every length − ``--sequence-overlap`` steps."""
+        cfg = self.cfg
+        return SequenceActor(spec, cfg.envs_per_actor, cfg.sequence_length,
+                             cfg.sequence_length - cfg.sequence_overlap, model, eps, seed,
+                             self.loss())
+
+    def items(self, spec: EnvSpec) -> FieldSpec:
+        """A sequence, with the recurrent state it starts from."""
+        size, prev = core(self.cfg)
+        return sequence_fields(spec, self.cfg.sequence_length, size, prev)
+
+    def frames(self, frame_ndim: int) -> FrameLayout:
+        """A new sequence every stride steps: about stride frames stored per sequence."""
+        stride = self.cfg.sequence_length - self.cfg.sequence_overlap
+        return FrameLayout(("obs",), frame_ndim, stride + 3)

@@ -33,6 +33,7 @@ from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_s
 from archzoo.actors.core_states import CoreStates
 from archzoo.actors.inference import InferenceServer, inference_summary
 from archzoo.actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
+from archzoo.architectures.rolemap import placement, play
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
@@ -61,7 +62,7 @@ def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
 
 def run(ctx: RankContext) -> dict[str, Any] | None:
     """Entry point on every rank; returns the summary on rank 0."""
-    return harness.play_star_roles(ctx, run_single, run_learner, run_actor)
+    return play(ctx, run_single, learner=run_learner, actor=run_actor)
 
 
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
@@ -98,8 +99,8 @@ def _schemas(spec: EnvSpec, cfg: SeedConfig) -> tuple[Any, Any, dict[str, str]]:
 
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: answer batches of requests, build the unrolls, train on them when complete."""
-    cfg, t = ctx.cfg, ctx.transport
-    actors = list(range(1, ctx.world_size))
+    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    actors = place["actor"]
     req_s, rep_s, digests = _schemas(spec, cfg)
     # a stop protocol that fails (an actor silent) still writes the summary, with stop_error
     with harness.root(ctx, actors, digests, actors=actors, keep_stop_error=True) as run:
@@ -129,7 +130,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     timers = {"learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
                           "wait": t.wait_s}}
     return run.finish(sl.learner.model, sl.learner.version, device=sl.learner.device,
-                      applied=APPLIED, timers=timers,
+                      applied=APPLIED, timers=timers, role=place.role,
                       extra={"inference": inference_summary(server),
                              "actor_restarts": sl.restarts()})
 
