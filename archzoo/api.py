@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from archzoo import launcher
@@ -35,7 +36,8 @@ from archzoo.resolve import (
     config_argv,
     did_you_mean,
     forward_argv,
-    load_config_file,
+    no_preset,
+    preset_values,
     restart_argv,
     resumed_values,
     validate_run,
@@ -48,7 +50,8 @@ __all__ = ["Policy", "config_argv", "launch", "load_policy", "restart_argv", "ru
 
 def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
     """The architecture's config from keyword flags (and a ``config=`` file or bundled
-    preset, ``config="minatar"``, beneath them)."""
+    preset, ``config="minatar"``, beneath them; without one, the env family's preset, as on
+    the command line, ``config="none"`` for none)."""
     try:
         cls = get(arch).config
     except KeyError as e:
@@ -67,9 +70,10 @@ def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
     if flags.get("resume") is not None:
         arch, values = resumed_values(str(flags["resume"]), arch, flags, cls)
         return cls(arch=arch, **values)
-    values = load_config_file(flags["config"], cls, arch) if flags.get("config") else {}
+    args = SimpleNamespace(arch=arch, **{k: flags[k] for k in ("config", "env") if k in flags})
+    values = preset_values(args, cls)  # as the command line: the env family's preset too
     values.update(flags)
-    return cls(arch=arch, **values)
+    return cls(arch=arch, **no_preset(values))
 
 
 def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunConfig]:

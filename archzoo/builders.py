@@ -7,34 +7,32 @@ policy.pt's ``meta`` (:func:`policy_meta`) records what ``archzoo eval`` needs t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import Any
 
 import torch
 
 from archzoo import eager, envs
+from archzoo.actors.sequences import SequenceActor, sequence_fields
 from archzoo.actors.transitions import TransitionActor
 from archzoo.actors.unroll import unroll_schema
-from archzoo.config import A2CRunConfig, ApexConfig, RunConfig, VTraceConfig
+from archzoo.config import A2CRunConfig, ApexConfig, R2D2Config, RunConfig, VTraceConfig
 from archzoo.envs import EnvSpec
 from archzoo.learners.a2c import A2CConfig
 from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork
 from archzoo.learners.ga3c import A3CUnrollLearner
+from archzoo.learners.r2d2 import R2D2Learner, R2D2LossConfig
 from archzoo.learners.schedule import Schedule, TrainingBudget
 from archzoo.learners.vtrace import ImpalaLossConfig
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.messages import Schema
 from archzoo.model_shapes import core_size
-from archzoo.nets import ActorCritic, RecurrentActorCritic
+from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
 from archzoo.paramserver import make_optimizer
 from archzoo.replay.frames import FrameLayout
 from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
 from archzoo.replay.server import insert_schema, memory_fields, reply_schema, request_schema
 from archzoo.topology.star import params_schema
-
-if TYPE_CHECKING:  # R2D2's parts (archzoo/architectures/r2d2.py)
-    from archzoo.actors.sequences import SequenceActor
-    from archzoo.nets import RecurrentQNetwork
-
 
 
 def env_spec(cfg: RunConfig) -> EnvSpec:
@@ -119,9 +117,8 @@ class ApexBuilder:
     """The parts of a DQN-family architecture, built from its config (as Acme's agent
     builders): Ape-X's and Gorila's are a feed-forward (dueling) Q-network, the
     double-DQN learner, the ε-greedy actor of n-step transitions and replay items that are
-    transitions. An architecture names its builder on its record (``builder``,
-    archzoo/architectures/__init__.py); R2D2's (archzoo/architectures/r2d2.py) changes the
-    parts and keeps Ape-X's roles."""
+    transitions. A config class names its builder (``builder``, archzoo/config.py);
+    R2D2's (:class:`R2D2Builder`) changes the parts and keeps Ape-X's roles."""
 
     inserts = "transitions"  # what the actors' messages to replay carry
 
@@ -165,11 +162,59 @@ class ApexBuilder:
         return {"net": "q", "dueling": self.cfg.dueling}
 
 
-def dqn_builder(cfg: ApexConfig) -> ApexBuilder:
-    """The builder of ``cfg``'s DQN-family architecture (its record's ``builder``)."""
-    from archzoo.architectures import get
+class R2D2Builder(ApexBuilder):
+    """R2D2's parts: the recurrent Q-network, the sequence actor, sequences as replay items
+    and the R2D2 learner; the roles, the replay server and the priority updates are
+    Ape-X's."""
 
-    return get(cfg.arch).make_builder(cfg)
+    inserts = "sequences"
+    cfg: R2D2Config
+
+    def loss(self) -> R2D2LossConfig:
+        cfg = self.cfg
+        return R2D2LossConfig(gamma=cfg.gamma, n_step=cfg.n_step, burn_in=cfg.burn_in,
+                              eta=cfg.priority_eta, rescale_eps=cfg.rescale_eps)
+
+    def q_network(self, spec: EnvSpec) -> RecurrentQNetwork:
+        """The recurrent Q-network (``--core lstm[:SIZE]``), its initial parameters drawn
+        from ``cfg.seed``."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        size, prev = core(cfg)
+        return RecurrentQNetwork(spec.obs_shape, spec.num_actions, cfg.hidden, cfg.model,
+                                 spec.obs_dtype, size, prev)
+
+    def learner(self, spec: EnvSpec) -> R2D2Learner:
+        cfg = self.cfg
+        return R2D2Learner(self.q_network(spec), self.loss(), cfg.lr, cfg.target_update,
+                           cfg.max_grad_norm, torch.device(cfg.device),
+                           schedule=lr_schedule(cfg))
+
+    def actor(self, spec: EnvSpec, model: Any, eps: float | Any, seed: int) -> SequenceActor:
+        """An actor that adds a sequence every length − ``--sequence-overlap`` steps."""
+        cfg = self.cfg
+        return SequenceActor(spec, cfg.envs_per_actor, cfg.sequence_length,
+                             cfg.sequence_length - cfg.sequence_overlap, model, eps, seed,
+                             self.loss())
+
+    def items(self, spec: EnvSpec) -> FieldSpec:
+        """A sequence, with the recurrent state it starts from."""
+        size, prev = core(self.cfg)
+        return sequence_fields(spec, self.cfg.sequence_length, size, prev)
+
+    def frames(self, frame_ndim: int) -> FrameLayout:
+        """A new sequence every stride steps: about stride frames stored per sequence."""
+        stride = self.cfg.sequence_length - self.cfg.sequence_overlap
+        return FrameLayout(("obs",), frame_ndim, stride + 3)
+
+
+def dqn_builder(cfg: ApexConfig) -> ApexBuilder:
+    """The builder of ``cfg``'s DQN-family parts: the one its config class names
+    (``builder``, ``module:NAME``)."""
+    if cfg.builder is None:
+        raise TypeError(f"{type(cfg).__name__} names no builder of DQN-family parts")
+    module, _, name = cfg.builder.partition(":")
+    return getattr(importlib.import_module(module), name)(cfg)
 
 
 def lr_schedule(cfg: VTraceConfig | ApexConfig) -> Schedule:
@@ -245,15 +290,12 @@ def replay_inserts(cfg: ApexConfig, spec: EnvSpec) -> Schema:
 
 def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
     """What ``archzoo eval`` needs to rebuild the policy saved in policy.pt."""
-    from archzoo.architectures import get
-
     meta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
             "obs_dtype": spec.obs_dtype, "num_actions": spec.num_actions,
             "hidden": cfg.hidden, "model": cfg.model, "env_kwargs": dict(spec.kwargs),
             "episodic_life": spec.episodic_life, "env_import": list(spec.imports)}
-    record = get(cfg.arch)
-    if record.builder is not None:  # the DQN family: a Q-network
-        meta.update(record.make_builder(cfg).policy_meta())
+    if cfg.builder is not None:  # the DQN family: a Q-network
+        meta.update(dqn_builder(cfg).policy_meta())
     if core(cfg)[0]:
         meta.update(core=cfg.core, core_prev_action_reward=cfg.core_prev_action_reward)
     return meta

@@ -14,12 +14,9 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from archzoo.model_shapes import core_size
-
-if TYPE_CHECKING:
-    from archzoo.architectures.rolemap import RoleMap
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
@@ -167,21 +164,7 @@ class RunConfig:
 
     # -- the shape of the run ------------------------------------------------------------
     default_topology = "star"
-
-    def world_size(self, actors: int) -> int:
-        """Processes for ``actors`` actors (one with 0), from the architecture's role map
-        (its record's ``roles``, archzoo/architectures/rolemap.py)."""
-        return self.role_map().world_size(self, actors)
-
-    def actors_for(self, world_size: int) -> int:
-        """Actors in a world of ``world_size`` processes (the inverse of world_size)."""
-        return self.role_map().actors_for(self, world_size)
-
-    def role_map(self) -> RoleMap:
-        """The role map of this config's architecture (``arch``)."""
-        from archzoo.architectures import get
-
-        return get(self.arch).roles
+    builder: ClassVar[str | None] = None  # DQN family: ``module:NAME`` of its parts' builder
 
     # -- checks --------------------------------------------------------------------------
     def problem(self) -> str | None:
@@ -235,9 +218,6 @@ class RunConfig:
         rank, factor = got
         if rank < 0 or factor < 1:
             return f"--straggler {self.straggler}: RANK must be >= 0 and FACTOR >= 1"
-        if self.actors is not None and rank >= self.world_size(self.actors):
-            return (f"--straggler {self.straggler}: there is no rank {rank} (--actors "
-                    f"{self.actors} makes {self.world_size(self.actors)} processes)")
         if self.env != "archzoo/Synthetic-v0" or not _step_cost(self.env_kwargs):
             return ("--straggler slows a rank through Synthetic-v0's step cost: use --env "
                     "archzoo/Synthetic-v0 --env-kwargs '{\"step_cost_us\": 50}'")
@@ -487,6 +467,8 @@ APEX_EVAL_WINDOW = 3  # evaluations that Ape-X's "solved" averages
 class ApexConfig(RunConfig):
     """Ape-X: rank 0 learns, then the replay shards, then the actors."""
 
+    builder: ClassVar[str | None] = "archzoo.builders:ApexBuilder"
+
     checkpoint_replay: bool = opt(False, "every rank that holds a replay memory also "
                                   "checkpoints it (RUN_DIR/checkpoints/replay-rank<r>.pt), and "
                                   "--resume restores it", group="reliability")
@@ -571,6 +553,8 @@ class ApexConfig(RunConfig):
 class R2D2Config(ApexConfig, CoreFlags):
     """R2D2: Ape-X's roles (rank 0 learns, then the replay shards, then the actors) on
     sequences of a recurrent Q-network (Kapturowski et al. 2019)."""
+
+    builder: ClassVar[str | None] = "archzoo.builders:R2D2Builder"
 
     core: str = opt("lstm", "the recurrent core: lstm[:SIZE], an LSTM of SIZE units "
                     "(default --hidden)", group="environment and model")

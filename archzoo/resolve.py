@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from archzoo import envvars, presets
-from archzoo.architectures import dir_name, get
+from archzoo.architectures import actors_for, dir_name, get, world_size
 from archzoo.architectures import names as arch_names
 from archzoo.comm.factory import detect_launch
 from archzoo.config import Rules, RunConfig, flag_fields, flag_name
@@ -308,7 +308,13 @@ def parse_run(argv: list[str]) -> tuple[RunConfig, set[str]]:
         return cls(arch=arch, **values), given | {"run_dir", "resume"}
     values = preset_values(args, cls)
     values.update({k: getattr(args, k) for k in given})
-    return cls(arch=args.arch, **values), given
+    return cls(arch=args.arch, **no_preset(values)), given
+
+
+def no_preset(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``config="none"`` (no preset, not even the env family's) stored as
+    None: the config is the flags alone, as with no ``--config`` off a preset's family."""
+    return {**values, "config": None} if values.get("config") == presets.NONE else values
 
 
 def preset_values(args: argparse.Namespace, cls: type[RunConfig]) -> dict[str, Any]:
@@ -319,14 +325,29 @@ def preset_values(args: argparse.Namespace, cls: type[RunConfig]) -> dict[str, A
         return {}
     if config is not None:
         return load_config_file(config, cls, args.arch)
-    env = getattr(args, "env", cls.__dataclass_fields__["env"].default)
-    name = presets.family(env)
-    if name is None or presets.find(name, args.arch) is None:
+    name = family_preset(getattr(args, "env", cls.__dataclass_fields__["env"].default),
+                         args.arch)
+    if name is None:
         return {}
     values = load_config_file(name, cls, args.arch)
     for key in presets.AUTO_SKIPS:
         values.pop(key.replace("-", "_"), None)
     return {**values, "config": name}
+
+
+def _straggler_rank_problem(cfg: RunConfig) -> str | None:
+    """``--straggler RANK:F`` names a rank that the run does not have."""
+    got = cfg.straggler_rank() if cfg.straggler else None
+    if got is None or cfg.actors is None or got[0] < world_size(cfg, cfg.actors):
+        return None
+    return (f"--straggler {cfg.straggler}: there is no rank {got[0]} (--actors {cfg.actors} "
+            f"makes {world_size(cfg, cfg.actors)} processes)")
+
+
+def family_preset(env: str, arch: str) -> str | None:
+    """The bundled preset that ``env``'s family gives ``arch`` without ``--config``, or None."""
+    name = presets.family(env)
+    return name if name is not None and presets.find(name, arch) is not None else None
 
 
 def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, int]:
@@ -369,12 +390,12 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     else:
         changes["backend"] = cfg.backend or "gloo"
     if launch.under_launcher:
-        expected = cfg.actors_for(launch.world_size)
-        if "actors" in given and cfg.world_size(cfg.actors) != launch.world_size:
+        expected = actors_for(cfg, launch.world_size)
+        if "actors" in given and world_size(cfg, cfg.actors) != launch.world_size:
             raise UsageError(f"--actors {cfg.actors} contradicts the launcher's world size "
                              f"{launch.world_size} (that is --actors {expected})")
         if expected < 1 and launch.world_size > 1:
-            raise UsageError(f"{cfg.arch} needs at least {cfg.world_size(1)} processes with "
+            raise UsageError(f"{cfg.arch} needs at least {world_size(cfg, 1)} processes with "
                              f"these flags, the launcher started {launch.world_size}")
         changes["actors"] = expected
     elif cfg.actors is None:
@@ -382,10 +403,10 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     if cfg.topology is None:
         changes["topology"] = cfg.default_topology
     cfg = cfg.replace(**changes)
-    problem = cfg.problem()
+    problem = cfg.problem() or _straggler_rank_problem(cfg)
     if problem:
         raise UsageError(problem)
-    world = launch.world_size if launch.under_launcher else cfg.world_size(cfg.actors)
+    world = launch.world_size if launch.under_launcher else world_size(cfg, cfg.actors)
     if cfg.servers_on == "last":
         if launch.launcher not in ("torchrun", "mpiexec"):
             raise UsageError("--servers-on last chooses which node holds the servers: it "
@@ -451,7 +472,8 @@ def forward_argv(argv: list[str], args: RunConfig) -> list[str]:
 
 def config_argv(cfg: RunConfig, names: Iterable[str]) -> list[str]:
     """``["run", ARCH, "--flag", "value", ...]`` for the fields ``names`` of ``cfg``: the
-    command line that parses back into the same values (booleans as ``--x``/``--no-x``)."""
+    command line that parses back into the same values (booleans as ``--x``/``--no-x``;
+    ``--config none`` where the config has no preset but its env's family has one)."""
     fields = {f.name: f for f in flag_fields(type(cfg))}
     argv = ["run", cfg.arch]
     for name in sorted(names):
@@ -462,6 +484,8 @@ def config_argv(cfg: RunConfig, names: Iterable[str]) -> list[str]:
             argv.append(flag if value else f"--no-{flag[2:]}")
         else:
             argv += [flag, str(value)]
+    if cfg.config is None and family_preset(cfg.env, cfg.arch) is not None:
+        argv += ["--config", presets.NONE]  # no preset: not the env family's either
     return argv
 
 

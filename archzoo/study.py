@@ -315,7 +315,9 @@ def run_across(cmd: list[str], link: str, actors: int, log: Path) -> tuple[int, 
     if why:
         return 2, f"--link {link}: simulated hosts cannot be made here: {why}"
     argv = cmd[3:]  # after python -m archzoo
-    world = parse_run(argv)[0].world_size(actors)
+    from archzoo.architectures import world_size
+
+    world = world_size(parse_run(argv)[0], actors)
     backend = argv[argv.index("--backend") + 1]
     rate = link.split(":", 1)[1] if ":" in link else None
     with SimHosts(2, rate) as sim:

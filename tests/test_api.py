@@ -50,7 +50,22 @@ def test_config_argv_parses_back_into_the_same_config(arch: str) -> None:
         cfg = cls(arch=arch, **values)
         back, given = parse_run(config_argv(cfg, values))
         assert back == cfg
-        assert given <= set(values)  # a False store_true flag is its default, not spelled
+        # a False store_true flag is its default, not spelled; no preset on a MinAtar env
+        # is spelled --config none (else the child would take the family's preset)
+        assert given - {"config"} <= set(values)
+
+
+def test_the_api_takes_the_env_familys_preset_as_the_command_line_does() -> None:
+    """``archzoo.run(env=\"MinAtar/...\")`` runs the MinAtar preset, as ``archzoo run`` does;
+    ``config=\"none\"`` runs the flags alone, and its child ranks parse the same config."""
+    from archzoo.api import _config
+
+    env = "MinAtar/Breakout-v1"
+    api = _config("impala", {"env": env})
+    assert api == parse_run(["run", "impala", "--env", env])[0] and api.config == "minatar"
+    plain = _config("impala", {"env": env, "config": "none"})
+    assert plain.config is None and plain.model == type(plain)().model
+    assert parse_run(config_argv(plain, {"env"}))[0] == plain
 
 
 def test_the_api_keeps_its_names_where_they_moved() -> None:

@@ -131,9 +131,12 @@ def test_straggler_scales_one_ranks_step_cost() -> None:
     assert c.problem() is None
     assert json.loads(c.for_rank(2).env_kwargs) == {"step_cost_us": 200.0, "obs_bytes": 64}
     assert c.for_rank(1) is c and c.for_rank(0) is c
-    for bad, needle in [("2", "RANK:FACTOR"), ("2:0.5", "FACTOR >= 1"),
-                        ("3:2", "no rank 3")]:
+    for bad, needle in [("2", "RANK:FACTOR"), ("2:0.5", "FACTOR >= 1")]:
         assert needle in c.replace(straggler=bad).problem()
+    cfg, given = parse_run(["run", "impala", "--env", "archzoo/Synthetic-v0", "--actors", "2",
+                            "--env-kwargs", '{"step_cost_us": 50}', "--straggler", "3:2"])
+    with pytest.raises(UsageError, match="no rank 3 .--actors 2 makes 3 processes"):
+        validate_run(cfg, given)  # the world size is the role map's, known at validation
     assert "Synthetic-v0" in ImpalaConfig(arch="impala", straggler="1:2").problem()
 
 

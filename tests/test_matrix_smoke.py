@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from archzoo import matrix
-from archzoo.architectures import ARCHITECTURES
+from archzoo.architectures import ARCHITECTURES, world_size
 from tests.mp import describe, run_mpi
 from tests.runs import cli, load_run
 
@@ -87,8 +87,8 @@ def test_smoke(tmp_path: Path, arch: str, topology: str, mode: str, backend: str
         r = cli(*args, timeout=180)
         assert r.returncode == 0, r.stderr[-3000:]
     else:
-        world = ARCHITECTURES[arch].config(
-            arch=arch, topology=topology, mode=mode).world_size(actors)
+        world = world_size(ARCHITECTURES[arch].config(arch=arch, topology=topology,
+                                                      mode=mode), actors)
         job = run_mpi(world, ["-m", "archzoo", *args], timeout_s=180)
         assert job.returncode == 0, describe(job)
     s = load_run(d)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from archzoo.architectures import ACTORS, ARCHITECTURES, Role, RoleMap
+from archzoo.architectures import ACTORS, ARCHITECTURES, Role, RoleMap, actors_for, world_size
 from archzoo.resolve import parse_run
 from tests.runs import cli, load_run
 
@@ -43,14 +43,14 @@ WORLDS = {
 def test_the_world_size_follows_from_the_role_map(argv: tuple[str, ...]) -> None:
     cfg = _cfg(*argv)
     roles = ARCHITECTURES[cfg.arch].roles
-    assert tuple(cfg.world_size(n) for n in (1, 2, 3)) == WORLDS[argv]
+    assert tuple(world_size(cfg, n) for n in (1, 2, 3)) == WORLDS[argv]
     assert tuple(roles.world_size(cfg, n) for n in (1, 2, 3)) == WORLDS[argv]
-    assert cfg.world_size(0) == 1  # --actors 0: one process
+    assert world_size(cfg, 0) == 1  # --actors 0: one process
     for n in (1, 2, 3):
-        world = cfg.world_size(n)
+        world = world_size(cfg, n)
         if world == 1:
             continue
-        assert cfg.actors_for(world) == n
+        assert actors_for(cfg, world) == n
         place = roles.place(cfg, world)
         ranks = [r for rs in place.ranks.values() for r in rs]
         assert ranks == list(range(world))  # every rank plays one role, in rank order
@@ -124,7 +124,7 @@ def test_a_run_starts_the_role_maps_processes(tmp_path: Path, argv: tuple[str, .
     world_size is what every rank was told), and the summary names each rank by the role
     it played."""
     cfg = _cfg(*argv)
-    world = cfg.world_size(cfg.actors)
+    world = world_size(cfg, cfg.actors)
     place = ARCHITECTURES[cfg.arch].roles.place(cfg, world)
     flags = [f for f in SHORT if cfg.arch in ("apex", "r2d2", "gorila")
              or f not in ("--learning-starts", "300")]

@@ -4,8 +4,8 @@ Every architecture is declared once here, as an :class:`Architecture` record: it
 its config class (archzoo/config.py), its role map (archzoo/architectures/rolemap.py: the
 roles in rank order and how many ranks each, from which the world size, each rank's role
 and the registry's text follow), the modes and topologies it runs, the module whose
-``run(ctx)`` plays a rank's role and, for the DQN family, the builder of its parts
-(archzoo/builders.py). Modules are imported lazily (they import torch), so the CLI can
+``run(ctx)`` plays a rank's role (a DQN-family config class names the builder of its
+parts, archzoo/builders.py). Modules are imported lazily (they import torch), so the CLI can
 list, parse and validate without paying for that.
 
 :func:`get` also finds architectures outside archzoo (docs/tutorial.md builds one):
@@ -41,8 +41,8 @@ from archzoo.architectures.rolemap import (
 )
 
 __all__ = ["ACTORS", "ARCHITECTURES", "ArchModule", "Architecture", "Placement", "Role",
-           "RoleMap", "STAR", "dir_name", "get", "installed", "load", "names", "placement",
-           "play", "user_paths"]
+           "RoleMap", "STAR", "actors_for", "dir_name", "get", "installed", "load", "names",
+           "placement", "play", "user_paths", "world_size"]
 
 
 class ArchModule(Protocol):
@@ -53,8 +53,8 @@ class ArchModule(Protocol):
 
 @dataclass(frozen=True)
 class Architecture:
-    """One architecture: ``roles`` is its role map; ``builder``, ``module:NAME`` of the
-    class that builds a DQN-family architecture's parts from its config (None elsewhere)."""
+    """One architecture: ``roles`` is its role map (a DQN-family config class names the
+    builder of its parts, ``builder``: archzoo/builders.py)."""
 
     name: str
     module: str
@@ -63,17 +63,10 @@ class Architecture:
     roles: RoleMap
     modes: tuple[str, ...]
     topologies: tuple[str, ...]
-    builder: str | None = None
 
     def load(self) -> ArchModule:
         return importlib.import_module(self.module)
 
-    def make_builder(self, cfg: C.RunConfig) -> Any:
-        """The builder of ``cfg``'s parts (``builder``, imported now)."""
-        if self.builder is None:
-            raise KeyError(f"architecture {self.name!r} has no builder")
-        module, _, name = self.builder.partition(":")
-        return getattr(importlib.import_module(module), name)(cfg)
 
 
 _ALL = ("star", "tree", "butterfly", "ring", "native")
@@ -94,7 +87,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  STAR, ("async", "sync"), _ALL),
     Architecture("apex", "archzoo.architectures.apex", C.ApexConfig,
                  "Ape-X: ε-ladder actors feed a prioritized replay; one double-DQN learner",
-                 _REPLAY, ("async",), _TREES, builder="archzoo.builders:ApexBuilder"),
+                 _REPLAY, ("async",), _TREES),
     Architecture("a3c", "archzoo.architectures.a3c", C.A3CConfig,
                  "A3C (async) / A2C (--mode sync): actor-learners push gradients to a "
                  "sharded PS, or all-reduce (--mode sync --topology ring|tree|...)",
@@ -106,7 +99,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  "Gorila: actors, a replay memory, L learners and a sharded parameter server",
                  RoleMap(Role("shard", "ps_shards", "PS shards", "K"), Role("replay"),
                          Role("learner", "learners", "learners", "L"), Role("actor", ACTORS)),
-                 ("async",), _TREES, builder="archzoo.builders:ApexBuilder"),
+                 ("async",), _TREES),
     Architecture("gala", "archzoo.architectures.gala", C.GalaConfig,
                  "GALA/PALA: A2C agents averaging their models by gossip over a ring",
                  RoleMap(Role("agent", ACTORS, "agents (0 also keeps the learning curve)")),
@@ -118,8 +111,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
                  ("async", "sync"), ("star",)),
     Architecture("r2d2", "archzoo.architectures.r2d2", C.R2D2Config,
                  "R2D2: Ape-X's replay roles on sequences of a recurrent Q-network, stored "
-                 "state and burn-in", _REPLAY, ("async",), _TREES,
-                 builder="archzoo.architectures.r2d2:R2D2Builder"),
+                 "state and burn-in", _REPLAY, ("async",), _TREES),
     Architecture("ga3c", "archzoo.architectures.ga3c", C.Ga3cConfig,
                  "GA3C: agents ask batched predictor threads; trainer threads update one "
                  "model", RoleMap(Role("server", what="server (predictor and trainer threads)"),
@@ -130,6 +122,17 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
 ENTRY_POINTS = "archzoo.architectures"  # the entry-point group of installed architectures
 
 _USER_PATHS: list[str] = []  # where the user's architecture modules were imported from
+
+
+def world_size(cfg: C.RunConfig, actors: int) -> int:
+    """Processes for ``actors`` actors under ``cfg`` (one with 0), from the role map of its
+    architecture's record."""
+    return get(cfg.arch).roles.world_size(cfg, actors)
+
+
+def actors_for(cfg: C.RunConfig, world: int) -> int:
+    """Actors in a world of ``world`` processes under ``cfg`` (the inverse of world_size)."""
+    return get(cfg.arch).roles.actors_for(cfg, world)
 
 
 def installed() -> dict[str, EntryPoint]:

@@ -86,12 +86,12 @@ def setups(arch: str, preset: str | None, cores: int | None = None,
            extra: tuple[str, ...] = (), candidate: str = "") -> tuple[Setup, Setup]:
     """``arch``'s two setups at equal resources (see the module's docstring); ``extra``
     flags go to both (those of tuning candidate ``candidate``)."""
-    from archzoo.architectures import get
+    from archzoo.architectures import get, world_size
 
     cls = get(arch).config
     values = preset_values(arch, preset)
     cfg = cls(arch=arch, **{k: v for k, v in values.items() if k != "config"})
-    processes = cfg.world_size(ACTORS)
+    processes = world_size(cfg, ACTORS)
     cores = min(cores or os.cpu_count() or 1, processes)
     threads = cfg.learner_threads or cfg.threads
     dist = Setup(arch, "distributed", (*extra, "--actors", str(ACTORS)), threads, candidate)
