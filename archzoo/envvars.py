@@ -52,13 +52,18 @@ LAUNCHER_PID = "ARCHZOO_LAUNCHER_PID"
 launcher, a test's spawner) with its start time, so that a rank stops when it dies, also
 where that process is not its parent (archzoo.lifeline)."""
 
+LAUNCHER_TMP = "ARCHZOO_LAUNCHER_TMP"
+"""The temporary folder of the process that :data:`LAUNCHER_PID` names (archzoo.spawn's,
+which also holds the files above): a rank that outlives that process removes it
+(archzoo.lifeline.clean_up), since no one else is left to."""
+
 FORK_SERVER = "ARCHZOO_FORK_SERVER"
 """The pid of the process that starts archzoo.forkstart's server, set while it does so from
 its main thread: the server then asks for a signal when that process dies (a parent-death
 signal follows the parent *thread*, which only the main thread outlives)."""
 
 ALL = (EMBEDDED, LAUNCH_TIME, STARTED_FILE, DONE_FILE, DEATHS_FILE, MPI_SURVIVE, RDZV_TIMEOUT,
-       FORK, LAUNCHER_PID, FORK_SERVER)
+       FORK, LAUNCHER_PID, LAUNCHER_TMP, FORK_SERVER)
 
 
 def launch_time() -> float:
@@ -74,17 +79,23 @@ def mpi_survive() -> bool:
 def mark_started() -> None:
     """Rank 0, once every rank has joined: tell the embedded launcher that from now on
     rank 0 decides whether a rank's death ends the run (:data:`STARTED_FILE`)."""
-    path = os.environ.get(STARTED_FILE)
-    if path:
-        Path(path).touch()
+    _mark(os.environ.get(STARTED_FILE))
 
 
 def mark_done() -> None:
     """Rank 0 finished the stop protocol: the embedded MPI launcher then reports success
     although mpiexec exits with a dead actor's code (:data:`DONE_FILE`)."""
-    path = os.environ.get(DONE_FILE)
+    _mark(os.environ.get(DONE_FILE))
+
+
+def _mark(path: str | None) -> None:
+    """Create ``path``, unless its folder is gone: the launcher that would read it died,
+    and a rank removed its folder (:data:`LAUNCHER_TMP`)."""
     if path:
-        open(path, "w").close()
+        try:
+            Path(path).touch()
+        except FileNotFoundError:
+            pass
 
 
 def fork_ranks() -> bool:

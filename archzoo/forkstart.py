@@ -25,7 +25,10 @@ launcher's main thread, also asks the kernel for SIGTERM on its parent's death
 (archzoo.lifeline); each rank asks for SIGTERM on the server's death, at its first line, and
 ends at once if the server is gone already. Once it runs archzoo's worker, a rank takes that
 SIGTERM as the launcher lost (archzoo/worker.py). The launcher learns of a rank's end from
-the server; where the server died, it watches the rank's pid (:class:`ForkedRank`).
+the server; where the server died, it watches the rank's pid (:class:`ForkedRank`). The
+server's socket lives in the launcher's multiprocessing folder (``pymp-*``), which the
+launcher removes at its exit; a rank's ``ARCHZOO_LAUNCHER_TMP`` names it too, so that a rank
+that outlived a killed launcher removes it (archzoo.lifeline.clean_up).
 
 :class:`ForkedRank` has the parts of :class:`subprocess.Popen` that archzoo.spawn uses.
 """
@@ -51,7 +54,7 @@ import setproctitle
 
 from archzoo import envvars, lifeline
 
-__all__ = ["PRELOAD", "ForkedRank", "forkable", "server_pid", "start"]
+__all__ = ["PRELOAD", "ForkedRank", "forkable", "server_folder", "server_pid", "start"]
 
 PRELOAD = ["torch", "torch.distributed", "numpy", "gymnasium", "archzoo.cli",
            "archzoo.worker", "archzoo.forkstart"]
@@ -195,7 +198,11 @@ def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
     sys.modules["__main__"] = stub
     try:
         server = server_pid()
-        p = _CTX.Process(target=_rank, args=(list(argv), dict(env),
+        env = dict(env)
+        if env.get(envvars.LAUNCHER_TMP) and (folder := server_folder()) is not None:
+            # the server's socket folder is the launcher's too (archzoo.lifeline.clean_up)
+            env[envvars.LAUNCHER_TMP] += os.pathsep + folder
+        p = _CTX.Process(target=_rank, args=(list(argv), env,
                                              None if cwd is None else str(cwd),
                                              None if out is None else str(out), session,
                                              server), name="archzoo-rank")
@@ -216,6 +223,17 @@ def server_pid() -> int:
 
     forkserver.ensure_running()
     return forkserver._forkserver._forkserver_pid  # noqa: SLF001 - multiprocessing's own
+
+
+def server_folder() -> str | None:
+    """The folder of the running server's socket (multiprocessing's temporary folder of this
+    process, ``pymp-*``, which it removes at exit), or None where the socket has no file."""
+    from multiprocessing import forkserver, util
+
+    address = forkserver._forkserver._forkserver_address  # noqa: SLF001
+    if not address or util.is_abstract_socket_namespace(address):
+        return None
+    return os.path.dirname(address)
 
 
 if "multiprocessing.forkserver" in sys.modules and sys.argv[:1] == ["-c"]:

@@ -21,9 +21,11 @@ is left, mpiexec's job included, and exits with 128 + the signal's number.
 A ``kill -9`` cannot be passed on, so the ranks learn of this process's death themselves
 (archzoo/lifeline.py: the kernel's parent-death signal, and a watch of this process's pid,
 which the ranks' environment names): they stop as on SIGTERM, rank 0 keeping what it learnt
-with ``stop_reason`` "launcher lost". The launcher in turn watches the ranks that are not its
-children: forked ranks whose fork server died (they stop: it was their parent) and the
-processes below an mpiexec that died (hydra's proxy kills the ranks when it loses mpiexec).
+with ``stop_reason`` "launcher lost", and remove this process's temporary folder (its files
+and archzoo.spawn's are in one, ``ARCHZOO_LAUNCHER_TMP``). The launcher in turn watches the
+ranks that are not its children: forked ranks whose fork server died (they stop: it was
+their parent) and the processes below an mpiexec that died (hydra's proxy kills the ranks
+when it loses mpiexec).
 docs/reliability.md has the table of what each ``kill -9`` does.
 
 Starting, watching, passing a signal on and killing are :func:`archzoo.spawn.run_ranks`'s
@@ -105,7 +107,8 @@ def run_mpiexec(argv: list[str], world_size: int) -> int:
         env = child_env(**{envvars.LAUNCH_TIME: str(time.time()), envvars.DONE_FILE: str(done),
                            envvars.STARTED_FILE: str(started)})
         job = run_ranks(world_size, child_argv(argv)[1:], "mpi", env=env, survive=True,
-                        on_death=_rank0_decides(started), stop=stop_requested)
+                        on_death=_rank0_decides(started), stop=stop_requested,
+                        workdir=Path(tmp))
         mpiexec = job.launcher_codes[0]
         if not job.stopped and mpiexec is not None and mpiexec < 0:
             print(f"archzoo: mpiexec {_how(mpiexec)}; its proxy ended every rank with it",
@@ -125,7 +128,8 @@ def run_gloo(argv: list[str], world_size: int) -> int:
                         **{envvars.EMBEDDED: "1", envvars.LAUNCH_TIME: str(time.time()),
                            envvars.STARTED_FILE: str(started)})
         job = run_ranks(world_size, child_argv(argv)[1:], "gloo", env=env,
-                        on_death=_rank0_decides(started), stop=stop_requested)
+                        on_death=_rank0_decides(started), stop=stop_requested,
+                        workdir=Path(tmp))
         return _exit_code(job)
 
 

@@ -16,13 +16,15 @@ it would on SIGTERM. Two mechanisms, as the kernel offers them:
   ``PID:START``), else the nearest mpiexec above the rank, else the parent itself.
 
 A lost lifeline sends the rank SIGTERM (its handler, archzoo/worker.py, asks
-:func:`lost` whether the launcher went), once.
+:func:`lost` whether the launcher went), once. A rank that outlived its launcher removes the
+launcher's temporary folders as it ends (:func:`clean_up`): the launcher would have.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -185,6 +187,29 @@ def lost() -> str | None:
     """Why this process's launcher is gone (one line), or None while it runs or nothing
     watches it."""
     return _WATCH[-1].check() if _WATCH else None
+
+
+TMP_PREFIXES = ("archzoo-", "pymp-")  # archzoo.launcher's and spawn's; multiprocessing's
+
+
+def clean_up() -> list[str]:
+    """Remove the temporary folders of this process's launcher (:data:`envvars.LAUNCHER_TMP`)
+    if that launcher is gone, for no one else is left to; the folders removed.
+
+    Only the launcher reads what is in them (the ranks' marks, their death notes, their
+    output files where it captured them, the fork server's socket): once it is gone by pid
+    and start time, nothing will. A rank still writing there finds the folder gone
+    (envvars' marks and archzoo.spawn's rank shell take that quietly); another rank may
+    have removed it first. Only folders named as archzoo and multiprocessing name theirs
+    (:data:`TMP_PREFIXES`) are removed."""
+    folders = [f for f in os.environ.get(envvars.LAUNCHER_TMP, "").split(os.pathsep)
+               if Path(f).name.startswith(TMP_PREFIXES)]
+    top = launcher()
+    if not folders or top is None or start_time(os.getpid()) is None or alive(top):
+        return []  # (no /proc: no word on the launcher)
+    for f in folders:
+        shutil.rmtree(f, ignore_errors=True)
+    return folders
 
 
 def unwatch() -> None:

@@ -43,7 +43,8 @@ found below it (from /proc): nothing is left running when :func:`run_ranks` retu
 
 No rank outlives this process either (archzoo.lifeline): the ranks' environment names it
 (``ARCHZOO_LAUNCHER_PID``), so that an archzoo rank stops as on SIGTERM when it dies, and
-supervision follows the ranks that are not its children:
+its temporary folder (``ARCHZOO_LAUNCHER_TMP``, ``workdir``), which such a rank removes
+then; and supervision follows the ranks that are not its children:
 
 - a forked rank's parent is the fork server: should the server die, the ranks (whose
   parent it was) stop, and each is watched by its pid until it ended; a line says so, and
@@ -84,7 +85,7 @@ ORPHAN_GRACE_S = 15.0  # ranks whose launcher process (fork server, mpiexec) die
 KNOWN_EVERY_S = 0.5  # how often the processes below the launcher processes are noted
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT", envvars.EMBEDDED, envvars.LAUNCHER_PID)
+                 "MASTER_PORT", envvars.EMBEDDED, envvars.LAUNCHER_PID, envvars.LAUNCHER_TMP)
 LAUNCHER_PREFIXES = ("PMI_", "OMPI_", "PMIX_", "TORCHELASTIC_")
 _HOST_PORTS = itertools.count(29400)  # rendezvous ports on simulated hosts (fresh per job)
 
@@ -95,8 +96,10 @@ _HOST_PORTS = itertools.count(29400)  # rendezvous ports on simulated hosts (fre
 # and ARCHZOO_MPI_SURVIVE tells a failing rank other than 0 to exit rather than abort.
 MPI_SURVIVE = ["-disable-auto-cleanup"]
 _DEATHS = "$" + envvars.DEATHS_FILE
+# (The echo is quiet where the file's folder is gone: the launcher died, and a rank that
+# outlived it removed the folder, archzoo.lifeline.clean_up.)
 RANK_SHELL = ["sh", "-c", f'trap : USR1; "$@"; c=$?; [ "$c" = 0 ] || [ -z "{_DEATHS}" ]'
-              f' || echo "$PMI_RANK $c" >> "{_DEATHS}"; exit $c', "archzoo-rank"]
+              f' || echo "$PMI_RANK $c" 2>/dev/null >> "{_DEATHS}"; exit $c', "archzoo-rank"]
 
 
 def free_port() -> int:
@@ -184,7 +187,7 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
               on_death: Callable[[int, int], float | None] | None = None,
               stop: Callable[[], int | None] | None = None, survive: bool = False,
               mpiexec_args: Sequence[str] = (), hosts: Any = None,
-              slots: Sequence[int] | None = None) -> Group:
+              slots: Sequence[int] | None = None, workdir: Path | None = None) -> Group:
     """Start ``n`` ranks of ``python argv...`` over ``backend`` and supervise them until every
     one has ended (see the module's docstring); the :class:`Group`'s result.
 
@@ -192,6 +195,8 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
     variables are added to it. ``cwd``: their working directory. ``mpiexec_args`` go
     before ``-n``. ``hosts``: a :class:`~archzoo.simhosts.SimHosts` to split the ranks over,
     ``slots[i]`` of them on host i (default: as evenly as they go, the first hosts fuller).
+    ``workdir``: the folder for the job's own files (the caller's, which it removes; default
+    a temporary folder, removed at the end).
     """
     if backend not in BACKENDS or (backend == "none" and (n != 1 or hosts is not None)):
         raise ValueError(f"backend {backend!r}, {n} ranks: choose gloo or mpi, or none for "
@@ -200,9 +205,12 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
                               or sum(slots) != n or min(slots) < 0):
         raise ValueError(f"slots {list(slots)}: one count per simulated host, {n} in all")
     base = clean_env() if env is None else dict(env)
-    base[envvars.LAUNCHER_PID] = lifeline.this_process()  # the ranks stop when we die
     with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archzoo-ranks-")))
+        tmp = workdir if workdir is not None else \
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="archzoo-ranks-")))
+        # the ranks stop when we die, and remove our folder
+        base.update({envvars.LAUNCHER_PID: lifeline.this_process(),
+                     envvars.LAUNCHER_TMP: str(tmp)})
         job = _Job(n, backend, capture, tmp)
         stack.callback(job.kill)  # whatever happens, nothing is left running
         stack.callback(job.close_files)

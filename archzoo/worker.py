@@ -21,7 +21,9 @@ A rank that a launcher started does not outlive it (archzoo/lifeline.py): when i
 its launcher dies (``kill -9``, an OOM kill, a scheduler that signalled only the launcher),
 the kernel's parent-death signal or the lifeline's watch sends it SIGTERM, and the rank ends
 as on SIGTERM, with ``stop_reason`` "launcher lost" and one line naming what died. With no
-launcher left to kill it, it gives itself ``--comm-timeout`` seconds to do so, then exits.
+launcher left to kill it, it gives itself ``--comm-timeout`` seconds to do so, then exits;
+either way it removes the launcher's temporary folder, if the launcher itself is gone
+(:func:`archzoo.lifeline.clean_up`).
 """
 
 from __future__ import annotations
@@ -73,11 +75,16 @@ def _on_stop_signal(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
     if signum == signal.SIGTERM and (why := lifeline.lost()):
         # no launcher is left to kill this rank if saving hangs: it ends itself
-        timer = threading.Timer(_OWN_DEADLINE_S[0], os._exit, args=(128 + signum,))
+        timer = threading.Timer(_OWN_DEADLINE_S[0], _exit_without_launcher, args=(128 + signum,))
         timer.daemon = True
         timer.start()
         raise LauncherLost(why)
     raise Stopped(signum)
+
+
+def _exit_without_launcher(code: int) -> None:
+    lifeline.clean_up()
+    os._exit(code)
 
 
 def _catch_stop_signals() -> dict[int, object]:
@@ -142,6 +149,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         code, reason = 1, f"{type(e).__name__}: {e}"
     if code != 0:
         _keep_what_was_learnt(launch.rank, reason, error)
+    lifeline.clean_up()  # if the launcher is gone (whatever ended this rank): its folder
     close_all()  # a live progress panel left by a failed run
     lifeline.unwatch()
     _restore(handlers)

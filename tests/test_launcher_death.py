@@ -2,7 +2,8 @@
 ``kill -9`` of ``archzoo run`` (gloo with forked and with fresh ranks, MPI), of the fork
 server, of torchrun's agent and of mpiexec leaves no process whose command line names the
 run directory 10 s after ``--comm-timeout``; where rank 0 survived it kept summary.json
-(stop_reason "launcher lost"), policy.pt and a checkpoint. The run is the issue's
+(stop_reason "launcher lost"), policy.pt and a checkpoint; and no temporary folder of
+archzoo's or of its fork server is left (the run's TMPDIR is the test's own). The run is the issue's
 reproduction: a CartPole IMPALA run that would otherwise go on for minutes."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from runs import ARCHZOO, clean_env, kill_tree
 
-from archzoo import checkpoint
+from archzoo import checkpoint, envvars, lifeline
 
 COMM_TIMEOUT = 5.0
 GONE_WITHIN_S = COMM_TIMEOUT + 10.0
@@ -45,11 +46,17 @@ def _left(d: Path) -> list[str]:
 
 
 def _start(cmd: list[str], d: Path, **env: str) -> tuple[subprocess.Popen, Path]:
+    """Start ``cmd`` with its output in a file and ``_tmp(d)`` for its TMPDIR."""
     log = d.parent / "output.txt"
+    _tmp(d).mkdir()
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=dict(clean_env(), **env), stdout=f,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, env=dict(clean_env(), TMPDIR=str(_tmp(d)), **env),
+                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return proc, log
+
+
+def _tmp(d: Path) -> Path:
+    return d.parent / "tmp"
 
 
 def _wait_learning(proc: subprocess.Popen, d: Path, log: Path, deadline_s: float = 90) -> None:
@@ -94,6 +101,11 @@ def _assert_gone(d: Path, killed: float, log: Path) -> None:
     left = _left(d)
     assert not left, f"left running {GONE_WITHIN_S:.0f}s after the kill: {left}\n" \
                      f"{log.read_text()[-4000:]}"
+    # the launcher's folder (its files and archzoo.spawn's): the launcher removed it or, where
+    # the launcher died, the ranks that outlived it did
+    folders = sorted(p.name for p in _tmp(d).iterdir() if p.name.startswith(("archzoo-",
+                                                                              "pymp-")))
+    assert not folders, (folders, log.read_text()[-3000:])
 
 
 def _assert_kept(d: Path, log: Path) -> None:
@@ -191,3 +203,32 @@ def test_kill_9_of_mpiexec_ends_the_run(tmp_path: Path, launch: str) -> None:
         assert checkpoint.latest(d) is not None
     finally:
         kill_tree(proc, str(d))
+
+
+def test_a_rank_removes_the_folders_of_a_launcher_that_is_gone(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """lifeline.clean_up: the folders that ARCHZOO_LAUNCHER_TMP names go once the process
+    that ARCHZOO_LAUNCHER_PID names is gone (by pid and start time), not before; and only
+    folders named as archzoo and multiprocessing name theirs."""
+    folder, other = tmp_path / "archzoo-x", tmp_path / "mine"
+    for f in (folder, other):
+        (f / "out").mkdir(parents=True)
+        (f / "out" / "rank.0").write_text("kept while the launcher lives")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = lifeline.start_time(child.pid)
+        monkeypatch.setenv(envvars.LAUNCHER_PID, f"{child.pid}:{start}")
+        monkeypatch.setenv(envvars.LAUNCHER_TMP, str(folder))
+        assert lifeline.clean_up() == [] and (folder / "out" / "rank.0").is_file()
+        monkeypatch.setenv(envvars.LAUNCHER_PID, f"{child.pid}:{start + 1}")  # a pid reused
+        assert lifeline.clean_up() == [str(folder)] and not folder.exists()
+        monkeypatch.setenv(envvars.LAUNCHER_PID, f"{child.pid}:{start}")
+    finally:
+        child.kill()
+        child.wait()
+    server = tmp_path / "pymp-y"  # multiprocessing's, where the fork server's socket is
+    server.mkdir()
+    monkeypatch.setenv(envvars.LAUNCHER_TMP, os.pathsep.join(map(str, (other, server))))
+    assert lifeline.clean_up() == [str(server)] and other.is_dir()  # not archzoo's: kept
+    monkeypatch.setenv(envvars.LAUNCHER_TMP, str(folder))
+    assert lifeline.clean_up() == [str(folder)]  # gone already (another rank): no error
