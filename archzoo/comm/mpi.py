@@ -47,9 +47,12 @@ class MPIRequest(Request):
     moves every transfer in flight on any call, and returns the error of whichever failed.
     A peer that dies in the middle of a message it sends fails the copy out of its memory
     (``process_vm_readv`` of a gone process, ESRCH) during the ``Test`` of any other request.
-    So an error is this request's peer's only when that peer is gone; while another peer is
-    gone (``lost``: the dead process's error), the request is simply not done yet, and is
-    tested again (at most :data:`FOREIGN_ERRORS` times in a row)."""
+    MPICH tells the two apart: an error of the request's own completion frees it (the
+    handle becomes ``MPI_REQUEST_NULL``), an error met in the progress engine leaves it
+    pending. So an error is this request's when it freed the request or when its peer is
+    gone; a pending request that met an error while another peer is gone (``lost``: the dead
+    process's copy) is simply not done yet, and is tested again, at most
+    :data:`FOREIGN_ERRORS` times in a row (then its peer is named, as before)."""
 
     __slots__ = ("peer", "what", "direction", "nbytes", "_req", "_done", "_on_done", "_buf",
                  "_rank", "_gone", "_lost", "_foreign")
@@ -73,11 +76,12 @@ class MPIRequest(Request):
             done = self._req.Test()
         except Exception as e:  # mpi4py raises MPI.Exception with ERRORS_RETURN
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            pending = bool(self._req)  # not freed: the error was not this request's own
             why = None
             for _ in range(50):  # a process being killed may still be listed for a moment
                 if self._gone is None or (why := self._gone(self.peer, now=True)):
                     break
-                if self._lost is not None and set(self._lost) - {self.peer} and \
+                if pending and self._lost is not None and set(self._lost) - {self.peer} and \
                         self._foreign < self.FOREIGN_ERRORS:
                     self._foreign += 1  # another peer's death, met in this Test: not ours
                     return False
