@@ -3,7 +3,8 @@
 Only the deciding rank (rank 0) writes it. :class:`Monitor` keeps the learning curve
 (episode returns from the actors, env steps, updates, policy lag), decides when the
 target is reached, writes a metrics row every ``log_interval`` seconds and shows
-progress on the terminal.
+progress on the terminal. What else is due at a row (a checkpoint, a video) is the run's
+(:class:`archzoo.harness.run.Run`'s heartbeat).
 """
 
 from __future__ import annotations
@@ -330,8 +331,6 @@ class Monitor:
         self.extra: Callable[[], dict[str, Any]] | None = None  # more columns for each row
         self.last_heard: dict[int, float] | None = None  # the transport's, for "ranks heard"
         self.progress = Progress(label, quiet)
-        self.checkpointer: Any = None  # archzoo.checkpoint.Checkpointer, set by open_run
-        self.videos: Any = None  # archzoo.video.Recorder, set by open_run (--record-video)
         self.resumed_from: dict[str, Any] | None = None
 
     # -- checkpoints ------------------------------------------------------
@@ -482,15 +481,16 @@ class Monitor:
             return "time"
         return None
 
-    def maybe_log(self, bytes_sent: int = 0, bytes_recv: int = 0, force: bool = False) -> None:
-        """A metrics row (and a progress line) every ``log_interval`` seconds; in between,
-        the live panel on a terminal is redrawn."""
+    def maybe_log(self, bytes_sent: int = 0, bytes_recv: int = 0, force: bool = False) -> bool:
+        """A metrics row (and a progress line) every ``log_interval`` seconds, or now with
+        ``force``; in between, the live panel on a terminal is redrawn. True if a row was
+        taken (none is written to metrics.csv before the first env step but at ``force``)."""
         now = time.time()
         dt = now - self._last_t
         if not force and dt < self.log_interval:
             if self.progress.live:
                 self.progress.tick(*self._report(now, dt, bytes_sent, bytes_recv))
-            return
+            return False
         row, left, ranks = self._report(now, dt, bytes_sent, bytes_recv)
         extra = self.extra() if self.extra is not None else {}
         row.update(extra)
@@ -504,10 +504,7 @@ class Monitor:
         self.staleness.next_row()
         self._learner_row = {}
         self.progress.row(row, extra, left, ranks)
-        if self.checkpointer is not None and not force:
-            self.checkpointer.maybe_save()  # rows come between updates: a consistent state
-        if self.videos is not None and not force:
-            self.videos.maybe_record(self.env_steps)  # saves the policy, films elsewhere
+        return True
 
     def _report(self, now: float, dt: float, bytes_sent: int, bytes_recv: int):
         """The metrics row since the last one, the time left, the ranks heard."""

@@ -51,27 +51,26 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: V-trace updates on the actors' fresh unrolls plus replayed ones."""
     cfg = ctx.cfg
     learner = builders.vtrace_learner(cfg, spec)
-    link = LearnerLink(ctx, spec, learner.model)  # unroll inbox, parameter broadcast
+    link = LearnerLink(ctx, spec, learner)  # unroll inbox, parameter broadcast
     memory = UnrollReplay(link.unroll_schema, cfg.replay_capacity, seed=cfg.seed)
-    run_dir, mon = link.open_run(learner)  # handshake; checkpoints; --resume loads
-    link.send_params(learner)  # version 0: every actor starts from the learner's weights
-    stop, lag = None, 0  # lag: summed over replayed unrolls, in learner versions
-    while stop is None:
-        fresh = link.next_batch()  # 1. the unrolls that have arrived
-        for msg in fresh:  # only fresh unrolls are new env steps and episodes
-            harness.account_unroll(mon, msg, learner.version)
-        # 2. replayed unrolls, so that they make up --replay-ratio of the update
-        n = round(len(fresh) * cfg.replay_ratio / (1 - cfg.replay_ratio))
-        replayed = memory.sample(n)  # none until the memory holds something
-        lag += sum(learner.version - int(u["version"]) for u in replayed)
-        memory.add(fresh)  # 3. copies: the inbox overwrites fresh's buffers after release
-        learner.update(fresh + replayed)  # 4. one V-trace step on the mixture
-        link.release()
-        mon.updates = learner.version
-        stop = mon.check_stop()
-        link.send_params(learner, stop)  # 5. the new parameters, or STOP
-        mon.maybe_log(*harness.byte_totals(ctx.transport))
-    return link.finish(run_dir, mon, stop, learner, extra={"replay": {
+    lag = 0  # summed over replayed unrolls, in learner versions
+    with link:  # handshake; checkpoints; --resume loads
+        run = link.run
+        link.send_params()  # version 0: every actor starts from the learner's weights
+        while not run.stopped:
+            fresh = link.next_batch()  # 1. the unrolls that have arrived
+            for msg in fresh:  # only fresh unrolls are new env steps and episodes
+                harness.account_unroll(run.mon, msg, learner.version)
+            # 2. replayed unrolls, so that they make up --replay-ratio of the update
+            n = round(len(fresh) * cfg.replay_ratio / (1 - cfg.replay_ratio))
+            replayed = memory.sample(n)  # none until the memory holds something
+            lag += sum(learner.version - int(u["version"]) for u in replayed)
+            memory.add(fresh)  # 3. copies: the inbox overwrites fresh's buffers after release
+            learner.update(fresh + replayed)  # 4. one V-trace step on the mixture
+            link.release()
+            run.tick(learner.version)  # 5. a metrics row, a checkpoint when due; stop?
+            link.send_params()  # the new parameters, or STOP
+    return link.finish(extra={"replay": {  # after STOP and the drain: summary.json
         "ratio": cfg.replay_ratio, "fresh_unrolls": memory.added,
         "replayed_unrolls": memory.sampled, "memory_unrolls": len(memory),
         "replayed_lag_mean": lag / max(1, memory.sampled)}})

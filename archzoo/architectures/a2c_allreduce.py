@@ -165,9 +165,7 @@ def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker,
             mon.add_episodes(returns)
             mon.add_learner_stats(worker.stats)
             run.absorb(worker.updates)
-            mon.updates = worker.updates
-            run.log()
-            run.check_stop()
+            run.tick(worker.updates)
         rounds, timing = worker.topo.rounds, worker.timing(t)
     return run.finish(worker.model, worker.updates, topology=cfg.topology,
                       applied=applied(cfg.topology, cfg.fanout), timers={"worker0": timing},

@@ -62,37 +62,33 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     get_flat(model, flat)
     state = ShardState(flat, builders.ps_optimizer(cfg), [0], mode=cfg.mode,
                        staleness=cfg.staleness)
-    meta = builders.policy_meta(cfg, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"ps": state}, policy=(model, meta))
-    set_flat(model, state.params)  # a resumed run acts with the checkpoint's parameters
-    actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
-                         harness.actor_seed(cfg.seed, 0))
-    a2c = builders.a2c_loss_config(cfg)
-    lr = float(state.optimizer.lr)
+    with harness.single(ctx, parts={"ps": state},
+                        policy=(model, builders.policy_meta(cfg, spec))) as run:
+        mon = run.mon
+        set_flat(model, state.params)  # a resumed run acts with the checkpoint's parameters
+        actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, model,
+                             harness.actor_seed(cfg.seed, 0))
+        a2c = builders.a2c_loss_config(cfg)
+        lr = float(state.optimizer.lr)
 
-    def on_push(worker: int, staleness: int, age_s: float | None) -> None:
-        mon.add_staleness(staleness, age_s)  # 0 versions here: one actor-learner
-        mon.add_lag(staleness, age_s)
+        def on_push(worker: int, staleness: int, age_s: float | None) -> None:
+            mon.add_staleness(staleness, age_s)  # 0 versions here: one actor-learner
+            mon.add_lag(staleness, age_s)
 
-    state.on_push = on_push
-    first = time.time()
-    stop = None
-    while stop is None:
-        seg = actor.collect()
-        grad, stats = a2c_gradient(model, seg, a2c)
-        mon.add_learner_stats({**stats, "lr": lr})
-        state.push(0, state.version, grad)
-        set_flat(model, state.params)
-        mon.add_steps(seg.num_steps, first)
-        mon.add_episodes(seg.ep_returns)
-        mon.updates = state.version
-        mon.maybe_log()
-        stop = mon.check_stop()
-    actor.close()
+        state.on_push = on_push
+        first = time.time()
+        while not run.stopped:
+            seg = actor.collect()
+            grad, stats = a2c_gradient(model, seg, a2c)
+            mon.add_learner_stats({**stats, "lr": lr})
+            state.push(0, state.version, grad)
+            set_flat(model, state.params)
+            mon.add_steps(seg.num_steps, first)
+            mon.add_episodes(seg.ep_returns)
+            run.tick(state.version)
+        actor.close()
     timers = {"actor0": {"env": actor.env_s, "inference": actor.inference_s}}
-    return harness.finish_run(ctx, run_dir, mon, stop, policy=model, meta=meta,
-                              updates=state.version, timers=timers,
-                              extra={"ps": state.stats.as_dict()})
+    return run.finish(model, state.version, timers=timers, extra={"ps": state.stats.as_dict()})
 
 
 def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:

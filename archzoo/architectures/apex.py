@@ -75,6 +75,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                       parts={"learner": learner},
                       policy=(learner.model, builders.policy_meta(cfg, spec))) as run:
         run.survive(publisher, replay)
+        run.keep(replay.keeper)  # --checkpoint-replay: when due, and at the finish
         learner.schedule.follow(run.mon)  # --lr-decay: over the run's budget
         timers, published = Timers(), VersionClock(learner.version)  # when each went out
 
@@ -89,8 +90,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                 run.guard(replay.take_inserts, "taking transitions")
                 run.absorb(learner.version, published.age)
                 run.guard(publisher.pump, "sending parameters")
-            run.log()
-            replay.keeper.maybe_save()
+            run.log()  # and, when due, a checkpoint, a video, the replay's own checkpoint
 
         def drain() -> None:
             replay.drain()
@@ -110,8 +110,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
             if learner.version % cfg.publish_every == 0:
                 publish()
             service()
-            run.check_stop()
-    replay.keeper.save()
+            run.tick()
     timers_0 = {"learner": {"update": learner.update_s, "comm": timers.s.get("comm", 0.0),
                             "wait": t.wait_s}}
     return run.finish(learner.model, learner.version, device=learner.device,

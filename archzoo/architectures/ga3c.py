@@ -104,8 +104,7 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                     moved += srv.take_unrolls(unrolls, train_s)
                 srv.sample_queues()
                 with srv.mon_lock:
-                    run.log()
-                    run.check_stop()
+                    run.tick()
                 if moved:
                     nap = 2.5e-5
                 else:
@@ -161,24 +160,25 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the agent asks the model directly and the trainer runs inline."""
     cfg = ctx.cfg
     learner = _learner(cfg, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"learner": learner},
-                                    policy=(learner.model, builders.policy_meta(cfg, spec)))
-    policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
-                           version_of=lambda: learner.version)
-    E = cfg.envs_per_actor
-    states = _core_states(cfg, learner, [0])
-    client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
-                               new_run_id(0), states=states)
-    agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client, harness.actor_seed(cfg.seed, 0))
+    with harness.single(ctx, parts={"learner": learner},
+                        policy=(learner.model, builders.policy_meta(cfg, spec))) as run:
+        policy = BatchedPolicy(learner.model, learner.device, cfg.seed,
+                               version_of=lambda: learner.version)
+        E = cfg.envs_per_actor
+        states = _core_states(cfg, learner, [0])
+        client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
+                                   new_run_id(0), states=states)
+        agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client,
+                                  harness.actor_seed(cfg.seed, 0))
 
-    def collect(msg: Any) -> None:
-        agent.collect(msg)
-        if states is not None:
-            states.unroll_start(0, msg)
+        def collect(msg: Any) -> None:
+            agent.collect(msg)
+            if states is not None:
+                states.unroll_start(0, msg)
 
-    stop = harness.train_on_unrolls(mon, collect, builders.unrolls(cfg, spec).new(), learner)
-    agent.close()
-    return harness.finish_single(ctx, run_dir, mon, stop, learner,
-                                 {"env": agent.env_s, "inference": agent.inference_s},
-                                 builders.policy_meta(cfg, spec),
-                                 {"inference": inference_summary(None, client)})
+        harness.train_on_unrolls(run, collect, builders.unrolls(cfg, spec).new(), learner)
+        agent.close()
+    timers = {"actor0": {"env": agent.env_s, "inference": agent.inference_s},
+              "learner": {"update": learner.update_s}}
+    return run.finish(learner.model, learner.version, device=learner.device, timers=timers,
+                      extra={"inference": inference_summary(None, client)})

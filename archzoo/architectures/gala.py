@@ -141,7 +141,7 @@ def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
 
 def _summary(ctx: RankContext, agent: Agent, timing: dict[str, float], rounds: int,
              consensus: float | None = None) -> dict[str, Any]:
-    """What summary.json and policy.pt hold of GALA (``finish_run``'s keywords)."""
+    """What summary.json and policy.pt hold of GALA (``run.finish``'s keywords)."""
     return {"policy": agent.model, "updates": agent.updates, "timers": {"agent0": timing},
             "topology": "ring", "applied": APPLIED, "role": "agent",
             "extra": {"agents": ctx.world_size, "gossip_rounds": rounds,
@@ -151,15 +151,12 @@ def _summary(ctx: RankContext, agent: Agent, timing: dict[str, float], rounds: i
 def run_single(ctx: RankContext, spec: EnvSpec, agent: Agent) -> dict[str, Any]:
     """One agent, no gossip: the A2C baseline (with the learner's threads)."""
     builders.learner_threads(ctx.cfg)
-    meta = builders.policy_meta(ctx.cfg, spec)
-    run_dir, mon = harness.open_run(ctx, parts={"agent": agent}, policy=(agent.model, meta))
-    stop = None
-    while stop is None:
-        _feed(mon, agent, agent.step())
-        mon.maybe_log()
-        stop = mon.check_stop()
-    return harness.finish_run(ctx, run_dir, mon, stop, meta=meta,
-                              **_summary(ctx, agent, agent.timing(None), 0))
+    with harness.single(ctx, parts={"agent": agent},
+                        policy=(agent.model, builders.policy_meta(ctx.cfg, spec))) as run:
+        while not run.stopped:
+            _feed(run.mon, agent, agent.step())
+            run.tick()
+    return run.finish(**_summary(ctx, agent, agent.timing(None), 0))
 
 
 def run_deciding_agent(ctx: RankContext, spec: EnvSpec, agent: Agent,
@@ -175,8 +172,7 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec, agent: Agent,
         while True:
             _feed(run.mon, agent, agent.step())
             run.absorb(agent.updates)
-            run.log()
-            if agent.gossip(ring, run.check_stop() is not None, measure=True):
+            if agent.gossip(ring, run.tick() is not None, measure=True):
                 break
         rounds = ring.rounds
         get_flat(agent.model, agent.flat)  # every agent's parameters, gathered on rank 0

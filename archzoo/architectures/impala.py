@@ -52,57 +52,53 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: actor and learner code in one process, no transport (the baseline)."""
     cfg = ctx.cfg
     learner = builders.vtrace_learner(cfg, spec)
-    meta = builders.policy_meta(cfg, spec)
     log = ActionLog(spec.num_actions)  # a resumed run takes the logged steps again
-    run_dir, mon = harness.open_run(ctx, parts={"learner": learner, "actions": log},
-                                    policy=(learner.model, meta))
-    cpu = learner.device.type == "cpu"
-    policy = learner.model if cpu else builders.actor_critic(cfg, spec)
-    actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
-                        harness.actor_seed(cfg.seed, 0))
-    actor.fast_forward(log.actions(0), spec.num_actions)
-    msg = builders.unrolls(cfg, spec).new()
-    flat = np.zeros(num_params(policy), np.float32)
+    with harness.single(ctx, parts={"learner": learner, "actions": log},
+                        policy=(learner.model, builders.policy_meta(cfg, spec))) as run:
+        cpu = learner.device.type == "cpu"
+        policy = learner.model if cpu else builders.actor_critic(cfg, spec)
+        actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, policy,
+                            harness.actor_seed(cfg.seed, 0))
+        actor.fast_forward(log.actions(0), spec.num_actions)
+        msg = builders.unrolls(cfg, spec).new()
+        flat = np.zeros(num_params(policy), np.float32)
 
-    def after_update() -> None:
-        actor.version = learner.version
-        if not cpu:  # the actor's copy on the CPU follows the learner's on the device
-            get_flat(learner.model, flat)
-            set_flat(policy, flat)
+        def after_update() -> None:
+            actor.version = learner.version
+            if not cpu:  # the actor's copy on the CPU follows the learner's on the device
+                get_flat(learner.model, flat)
+                set_flat(policy, flat)
 
-    after_update()  # a resumed run's actor starts from the checkpoint's parameters
-    def collect(m: Message) -> None:
-        actor.collect(m)
-        log.record(0, m["actions"])
+        after_update()  # a resumed run's actor starts from the checkpoint's parameters
+        def collect(m: Message) -> None:
+            actor.collect(m)
+            log.record(0, m["actions"])
 
-    stop = harness.train_on_unrolls(mon, collect, msg, learner, after_update)
-    actor.close()
-    return harness.finish_single(ctx, run_dir, mon, stop, learner,
-                                 dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True)),
-                                 meta)
+        harness.train_on_unrolls(run, collect, msg, learner, after_update)
+        actor.close()
+    timing = dict(zip(TIMING, (actor.env_s, actor.inference_s), strict=True))
+    return run.finish(learner.model, learner.version, device=learner.device,
+                      timers={"actor0": timing, "learner": {"update": learner.update_s}})
 
 
 def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """Rank 0: take the actors' unrolls, one V-trace update on them, send the parameters."""
     learner = builders.vtrace_learner(ctx.cfg, spec)
-    link = LearnerLink(ctx, spec, learner.model)
-    run_dir, mon = link.open_run(learner)
-    link.send_params(learner)  # version 0 (or the resumed one): where every actor starts
-    asynchronous, stop = ctx.cfg.mode == "async", None
-    while stop is None:
-        batch = link.next_batch(stopping=lambda: mon.check_stop() is not None)
-        if asynchronous and batch:  # the newest version, and the credit for the unrolls
-            link.send_params(learner)  # just taken: their actors collect while we train
-        link.account(mon, batch, learner.version)
-        if batch:
-            mon.add_learner_stats(learner.update(batch))
-        mon.updates = learner.version
-        stop = mon.check_stop()
-        if stop is not None or not asynchronous:  # sync: the version this batch produced
-            link.send_params(learner, stop)
-        link.release()
-        mon.maybe_log(*harness.byte_totals(ctx.transport))
-    return link.finish(run_dir, mon, stop, learner)
+    asynchronous = ctx.cfg.mode == "async"
+    with LearnerLink(ctx, spec, learner) as link:  # the handshake; checkpoints; --resume
+        run = link.run
+        link.send_params()  # version 0 (or the resumed one): where every actor starts
+        while not run.stopped:
+            batch = link.next_batch(stopping=run.stop_due)  # a due stop ends the wait
+            if asynchronous and batch:  # the newest version, and the credit for the unrolls
+                link.send_params()  # just taken: their actors collect while we train
+            link.account(batch)
+            if batch:
+                run.mon.add_learner_stats(learner.update(batch))
+            if run.tick(learner.version) or not asynchronous:  # sync: this batch's version
+                link.send_params()  # or STOP, once the run stopped
+            link.release()
+    return link.finish()  # after STOP and the drain: summary.json, policy.pt
 
 
 def run_actor(ctx: RankContext, spec: EnvSpec) -> None:

@@ -68,27 +68,24 @@ def run(ctx: RankContext) -> dict[str, Any] | None:
 def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     """``--actors 0``: the actor asks the learner's policy directly, a batch of one."""
     cfg = ctx.cfg
-    run_dir, mon = harness.open_run(ctx)
-    sl, policy = _learner(cfg, spec, mon, [0])
-    harness.attach_checkpoints(ctx, mon, {"learner": sl.learner, "unrolls": sl,
-                                          "sampler": policy},
-                               (sl.learner.model, builders.policy_meta(cfg, spec)))
-    E = cfg.envs_per_actor
-    client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
-                               new_run_id(0), on_answer=sl.on_answer, states=sl.states)
-    actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, 0))
-    actor.fast_forward(sl.actions_to_replay().actions(0), spec.num_actions)  # if resumed
-    stop = None
-    while stop is None:
-        actor.step()
-        if sl.maybe_update():
-            mon.maybe_log()
-            stop = mon.check_stop()
-    actor.close()
-    return harness.finish_single(ctx, run_dir, mon, stop, sl.learner,
-                                 {"env": actor.env_s, "inference": client.round_trip_s},
-                                 builders.policy_meta(cfg, spec),
-                                 {"inference": inference_summary(None, client)})
+    with harness.single(ctx) as run:
+        sl, policy = _learner(cfg, spec, run.mon, [0])
+        run.attach({"learner": sl.learner, "unrolls": sl, "sampler": policy},
+                   (sl.learner.model, builders.policy_meta(cfg, spec)))
+        E = cfg.envs_per_actor
+        client = LocalPolicyClient(policy, request_schema(spec, E), reply_schema(spec, E),
+                                   new_run_id(0), on_answer=sl.on_answer, states=sl.states)
+        actor = SeedActor(spec, E, client, harness.actor_seed(cfg.seed, 0))
+        actor.fast_forward(sl.actions_to_replay().actions(0), spec.num_actions)  # if resumed
+        while not run.stopped:
+            actor.step()
+            if sl.maybe_update():
+                run.tick()
+        actor.close()
+    timers = {"actor0": {"env": actor.env_s, "inference": client.round_trip_s},
+              "learner": {"update": sl.learner.update_s}}
+    return run.finish(sl.learner.model, sl.learner.version, device=sl.learner.device,
+                      timers=timers, extra={"inference": inference_summary(None, client)})
 
 
 def _schemas(spec: EnvSpec, cfg: SeedConfig) -> tuple[Any, Any, dict[str, str]]:
@@ -125,8 +122,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                 backoff.reset()
             else:
                 backoff.pause()
-            run.log()
-            run.check_stop()
+            run.tick()
     timers = {"learner": {"update": sl.learner.update_s, "inference": server.stats.forward_s,
                           "wait": t.wait_s}}
     return run.finish(sl.learner.model, sl.learner.version, device=sl.learner.device,

@@ -1,21 +1,23 @@
 """The deciding rank's run directory: opened at the start, finished at every stop.
 
-:func:`open_run` makes the run directory and the Monitor and, given the architecture's
-stateful ``parts`` (its learner, ...), checkpoints them with the Monitor's counters every
-``--checkpoint-interval`` seconds; with ``--resume`` it first loads the latest checkpoint.
-:func:`finish_run` writes the last metrics row, a last checkpoint, summary.json (the fields
-every architecture reports, plus its own) and policy.pt, and closes the directory. When a
-rank fails, :func:`abandon_run` does the same with what the deciding rank has, so a run
-that failed after learning keeps what it learnt and can be resumed. With
-``--record-video N`` the Monitor films the policy every N seconds and :func:`finish_run`
-films the final one (archzoo/video.py).
+:func:`open_run` makes the run directory, the Monitor and the :class:`OpenRun` that holds
+them and, given the architecture's stateful ``parts`` (its learner, ...), a checkpointer
+that saves them with the Monitor's counters every ``--checkpoint-interval`` seconds; with
+``--resume`` it first loads the latest checkpoint. With ``--record-video N`` it also holds
+a recorder that films the policy every N seconds (archzoo/video.py). Both are due at a
+metrics row (:meth:`OpenRun.on_row`, which the run's heartbeat calls:
+:meth:`archzoo.harness.run.Run.tick`). :func:`finish_run` writes the last metrics row, a
+last checkpoint, summary.json (the fields every architecture reports, plus its own) and
+policy.pt, films the final policy, and closes the directory. When a rank fails,
+:func:`abandon_run` does the same with what the deciding rank has, so a run that failed
+after learning keeps what it learnt and can be resumed.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from archzoo import checkpoint, envvars
 from archzoo.comm import Transport
@@ -24,9 +26,6 @@ from archzoo.harness.protocol import RankContext
 from archzoo.records import ByeStats, RunSummary
 from archzoo.runlog import Monitor, RunDir
 from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
-
-if TYPE_CHECKING:
-    from archzoo.learners.base import Learner
 
 
 class Stateful(Protocol):
@@ -39,14 +38,51 @@ class Stateful(Protocol):
 
 
 @dataclass
-class _OpenRun:
+class OpenRun:
+    """The deciding rank's run in progress: its directory and Monitor, the policy that a
+    failed run saves (the model, or a function that returns it up to date, and its
+    metadata), the checkpointer of its parts and the video recorder (None without
+    ``--record-video``)."""
+
     ctx: RankContext
     run_dir: RunDir
     mon: Monitor
     policy: tuple[Any, dict[str, Any]] | None
+    checkpointer: checkpoint.Checkpointer | None = None
+    videos: Any = None  # archzoo.video.Recorder
+
+    def attach(self, parts: dict[str, Stateful],
+               policy: tuple[Any, dict[str, Any]] | None = None) -> None:
+        """Checkpoint ``parts`` with the Monitor's counters from now on (for parts built
+        after :func:`open_run`, such as a learner that reports into the Monitor); with
+        ``--resume`` first load them from the latest checkpoint. ``policy``: as
+        :func:`open_run`'s."""
+        cfg, mon = self.ctx.cfg, self.mon
+        self.checkpointer = checkpoint.Checkpointer(
+            cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
+            state=lambda: run_state(cfg, mon, parts), step=lambda: mon.env_steps)
+        if cfg.resume is not None:
+            mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
+        self.policy = policy
+
+    def on_row(self) -> None:
+        """What is due at a metrics row, which comes between updates (a consistent state):
+        a checkpoint every ``--checkpoint-interval`` seconds, a video every
+        ``--record-video`` seconds (the policy saved here, filmed in the background)."""
+        if self.checkpointer is not None:
+            self.checkpointer.maybe_save()
+        if self.videos is not None:
+            self.videos.maybe_record(self.mon.env_steps)
+
+    def current_policy(self) -> tuple[Any, dict[str, Any]] | None:
+        """The policy as it is now (model, metadata), or None if the run registered none."""
+        if self.policy is None:
+            return None
+        model, meta = self.policy
+        return (model() if callable(model) and not hasattr(model, "state_dict") else model), meta
 
 
-_OPEN: list[_OpenRun] = []  # this process's run in progress (the deciding rank's)
+_OPEN: list[OpenRun] = []  # this process's run in progress (the deciding rank's)
 
 
 def byte_totals(t: Transport | None) -> tuple[int, int]:
@@ -58,13 +94,14 @@ def byte_totals(t: Transport | None) -> tuple[int, int]:
 
 def open_run(ctx: RankContext, eval_window: int | None = None, *,
              parts: dict[str, Stateful] | None = None,
-             policy: tuple[Any, dict[str, Any]] | None = None) -> tuple[RunDir, Monitor]:
+             policy: tuple[Any, dict[str, Any]] | None = None) -> OpenRun:
     """The run directory (config.json, metrics.csv) and the Monitor of the deciding rank.
 
     ``parts``: what a checkpoint keeps besides the Monitor (with ``--resume`` they are
     loaded from the latest checkpoint here); ``policy``: the model (or a function that
     returns it up to date) and the metadata that :func:`abandon_run` saves as policy.pt
-    if the run fails."""
+    if the run fails. The roles' contexts open it (:func:`archzoo.harness.root`,
+    :func:`archzoo.harness.single`)."""
     cfg = ctx.cfg
     run_dir = RunDir(cfg.run_dir, cfg.as_dict(), resume=cfg.resume is not None)
     backend = ctx.transport.backend if ctx.transport else "-"
@@ -73,39 +110,16 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
                   eval_window=eval_window)
     if ctx.transport is not None:
         mon.last_heard = ctx.transport.counters.last_heard
-    _OPEN[:] = [_OpenRun(ctx, run_dir, mon, policy)]
+    run = OpenRun(ctx, run_dir, mon, policy)
+    _OPEN[:] = [run]
     envvars.mark_started()  # every rank has joined (open_run follows the handshake)
     if parts is not None:
-        attach_checkpoints(ctx, mon, parts, policy)
+        run.attach(parts, policy)
     if cfg.record_video > 0:
         from archzoo.video import Recorder
 
-        mon.videos = Recorder(run_dir.path, cfg.record_video, cfg.seed, _current_policy)
-    return run_dir, mon
-
-
-def _current_policy() -> tuple[Any, dict[str, Any]] | None:
-    """The open run's policy as it is now (model, metadata), or None if it registered
-    none."""
-    if not _OPEN or _OPEN[-1].policy is None:
-        return None
-    model, meta = _OPEN[-1].policy
-    return (model() if callable(model) and not hasattr(model, "state_dict") else model), meta
-
-
-def attach_checkpoints(ctx: RankContext, mon: Monitor, parts: dict[str, Stateful],
-                       policy: tuple[Any, dict[str, Any]] | None = None) -> None:
-    """Checkpoint ``parts`` with ``mon``'s counters from now on (for parts built after
-    :func:`open_run`, such as a learner that reports into the Monitor); with ``--resume``
-    first load them from the latest checkpoint."""
-    cfg = ctx.cfg
-    mon.checkpointer = checkpoint.Checkpointer(
-        cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
-        state=lambda: run_state(cfg, mon, parts), step=lambda: mon.env_steps)
-    if cfg.resume is not None:
-        mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
-    if _OPEN:
-        _OPEN[-1].policy = policy
+        run.videos = Recorder(run_dir.path, cfg.record_video, cfg.seed, run.current_policy)
+    return run
 
 
 def run_state(cfg: Any, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
@@ -139,14 +153,14 @@ def resume(run_dir: str, arch: str, mon: Monitor, parts: dict[str, Stateful]) ->
             "elapsed_s": state["monitor"]["elapsed_s"]}
 
 
-def _checkpoint_summary(mon: Monitor) -> dict[str, Any]:
-    c = mon.checkpointer
+def _checkpoint_summary(run: OpenRun) -> dict[str, Any]:
+    c = run.checkpointer
     if c is None:
         return {}
     last = checkpoint.latest(c.run_dir)
     return {"checkpoints": {"saved": c.saved, "save_s": round(c.save_s, 3),
                             "latest": None if last is None else str(last),
-                            "resumed_from": mon.resumed_from}}
+                            "resumed_from": run.mon.resumed_from}}
 
 
 def abandon_run(reason: str, error: bool = True) -> list[str]:
@@ -156,22 +170,22 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     signal (``error`` False) gets ``reason`` itself ("signal: SIGTERM", "interrupted")."""
     if not _OPEN:
         return []
-    policy = _current_policy()  # before the pop: it reads the open run
     run = _OPEN.pop()
+    policy = run.current_policy()
     mon = run.mon
     mon.close()
-    if mon.videos is not None:  # no background video outlives the run
-        mon.videos.abort()
+    if run.videos is not None:  # no background video outlives the run
+        run.videos.abort()
     wrote = []
-    if mon.checkpointer is not None:
-        mon.checkpointer.save()
+    if run.checkpointer is not None:
+        run.checkpointer.save()
         wrote.append("a checkpoint")
     cfg = run.ctx.cfg
     stop = f"error: {reason}" if error else reason
     summary = run_summary(run.ctx, mon, stop, cfg.topology or "star", "",
-                          cfg.device, mon.updates, {}, _checkpoint_summary(mon))
-    if mon.videos is not None:
-        summary.update(mon.videos.summary())
+                          cfg.device, mon.updates, {}, _checkpoint_summary(run))
+    if run.videos is not None:
+        summary.update(run.videos.summary())
     run.run_dir.write_summary(summary)
     wrote.append("summary.json")
     if policy is not None:
@@ -235,23 +249,24 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
     }
 
 
-def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None, *,
-               policy: Any, meta: dict[str, Any], updates: int, device: Any = "cpu",
-               topology: str | None = None, applied: str = "",
-               timers: dict[str, Any] | None = None, byes: dict[int, ByeStats] | None = None,
-               role: Any = "actor", extra: dict[str, Any] | None = None) -> RunSummary:
-    """The last metrics row, summary.json and policy.pt; returns the summary.
+def finish_run(run: OpenRun, stop: str | None, *, policy: Any, meta: dict[str, Any],
+               updates: int, device: Any = "cpu", topology: str | None = None,
+               applied: str = "", timers: dict[str, Any] | None = None,
+               byes: dict[int, ByeStats] | None = None, role: Any = "actor",
+               extra: dict[str, Any] | None = None) -> RunSummary:
+    """The last metrics row, summary.json and policy.pt of ``run``; returns the summary.
 
     ``timers`` is the deciding rank's own time breakdown; the leaves' come from ``byes``
     (their BYE statistics), named by ``role``. Without a transport the topology is
     "none" and the run is "single process, no transport".
     """
+    ctx, run_dir, mon = run.ctx, run.run_dir, run.mon
     t = ctx.transport
     mon.updates = updates  # updates applied while draining count (a server's stragglers)
     mon.maybe_log(*byte_totals(t), force=True)
     mon.close()
-    if mon.checkpointer is not None:
-        mon.checkpointer.save()  # the last one: a later --resume goes on from here
+    if run.checkpointer is not None:
+        run.checkpointer.save()  # the last one: a later --resume goes on from here
     breakdown, per_rank = dict(timers or {}), {}
     if t is not None:
         reports = leaf_reports(byes or {}, role)
@@ -264,29 +279,21 @@ def finish_run(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None
         topology, applied = "none", "single process, no transport"
     summary = run_summary(ctx, mon, stop, topology or ctx.cfg.topology or "star", applied,
                           device, updates, breakdown,
-                          {**(extra or {}), **per_rank, **_checkpoint_summary(mon)})
+                          {**(extra or {}), **per_rank, **_checkpoint_summary(run)})
     run_dir.save_policy(policy, meta)
     run_dir.write_summary(summary)
     _OPEN.clear()  # the run is finished: a stop signal from now on rewrites nothing
-    if mon.videos is not None:  # after the summary's clock: filming is no part of the run
+    videos = run.videos
+    if videos is not None:  # after the summary's clock: filming is no part of the run
         try:
-            summary.update(mon.videos.finish(run_dir.path / "policy.pt", mon.env_steps))
+            summary.update(videos.finish(run_dir.path / "policy.pt", mon.env_steps))
         except BaseException:  # stopped while filming: keep only the videos made
-            mon.videos.abort()
-            mon.videos.errors.append("stopped while filming the final policy")
-            run_dir.write_summary({**summary, **mon.videos.summary()})
+            videos.abort()
+            videos.errors.append("stopped while filming the final policy")
+            run_dir.write_summary({**summary, **videos.summary()})
             run_dir.close()
             raise
         run_dir.write_summary(summary)
     run_dir.close()
     return summary
 
-
-def finish_single(ctx: RankContext, run_dir: RunDir, mon: Monitor, stop: str | None,
-                  learner: Learner, actor_timing: dict[str, float], meta: dict[str, Any],
-                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`finish_run` for ``--actors 0``: one actor and one learner in this process."""
-    timers = {"actor0": actor_timing, "learner": {"update": learner.update_s}}
-    return finish_run(ctx, run_dir, mon, stop, policy=learner.model, meta=meta,
-                      updates=learner.version, device=learner.device, timers=timers,
-                      extra=extra)

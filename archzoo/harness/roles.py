@@ -2,10 +2,11 @@
 
 :func:`leaf` and :func:`root` are context managers that do what every role repeats: the
 control channel, the start-up handshake and the stop protocol of
-:mod:`archzoo.harness.protocol`; on the root also the run directory and the Monitor
-(:func:`~archzoo.harness.finish.open_run`), the actors whose death the run survives
-(:class:`~archzoo.harness.survivors.Survivors`), the stop decision and summary.json. The
-role supplies only what is its own: its components, how they drain, its statistics::
+:mod:`archzoo.harness.protocol`; on the root also what :func:`archzoo.harness.single`
+gives a one-process run (:class:`~archzoo.harness.run.Run`: the run directory and the
+Monitor, the heartbeat, the stop decision and summary.json) and the actors whose death
+the run survives (:class:`~archzoo.harness.survivors.Survivors`). The role supplies only
+what is its own: its components, how they drain, its statistics::
 
     with harness.leaf(ctx, digests) as link:     # HELLO/WELCOME with rank 0
         link.on_stop(out.flush, stats=lambda: {"timing": {"env": actor.env_s}})
@@ -19,7 +20,7 @@ role supplies only what is its own: its components, how they drain, its statisti
         run.on_stop(drain=inbox.drop_all)
         while not run.stopped:
             ...
-            run.check_stop()
+            run.tick(learner.version)            # row, checkpoint, video, stop: when due
     # STOP sent, every BYE drained, FINAL, the barrier
     return run.finish(learner.model, learner.version, extra={...})
 """
@@ -33,8 +34,9 @@ from typing import Any
 
 from archzoo.comm import CommError, ControlChannel
 from archzoo.harness import protocol
-from archzoo.harness.finish import attach_checkpoints, byte_totals, finish_run, open_run
+from archzoo.harness.finish import OpenRun, open_run
 from archzoo.harness.protocol import LeafControl, RankContext
+from archzoo.harness.run import Run
 from archzoo.harness.stats import StatsReporter, absorb_stats
 from archzoo.harness.survivors import Survivors
 from archzoo.records import ByeStats
@@ -112,39 +114,23 @@ def leaf(ctx: RankContext, digests: dict[str, str], *, root: int = 0) -> Iterato
     link._finish()
 
 
-class RootRun:
-    """The deciding rank's side of the run, what :func:`root` yields: the control channel
-    to the leaves, the run directory and Monitor (``run_dir``, ``mon``), the ``survivors``
-    (None where every actor is needed), the stop decision (``stop``) and, after the stop,
+class RootRun(Run):
+    """The deciding rank's side of the run, what :func:`root` yields: a
+    :class:`~archzoo.harness.run.Run` (the run directory and Monitor, the heartbeat
+    :meth:`~archzoo.harness.run.Run.tick`, the stop decision ``stop``), the control channel
+    to the leaves, the ``survivors`` (None where every actor is needed) and, after the stop,
     the leaves' BYE statistics (``byes``)."""
 
     def __init__(self, ctx: RankContext, control: ControlChannel, leaves: list[int],
-                 opened: tuple[Any, Any], survivors: Survivors | None, meta: Any,
+                 opened: OpenRun, survivors: Survivors | None, meta: Any,
                  keep_stop_error: bool) -> None:
-        self.ctx, self.control, self.leaves, self.survivors = ctx, control, leaves, survivors
-        self.run_dir, self.mon = opened
-        self.meta = meta
-        self.stop: str | None = None
+        super().__init__(ctx, opened, meta)
+        self.control, self.leaves, self.survivors = control, leaves, survivors
         self.byes: dict[int, ByeStats] = {}
         self.keep_stop_error = keep_stop_error
         self.stop_error: CommError | None = None
         self._drain: Callable[[], Any] = _nothing
         self._outstanding: Callable[[], Any] = _nothing
-
-    @property
-    def stopped(self) -> bool:
-        return self.stop is not None
-
-    def check_stop(self) -> str | None:
-        """The Monitor's decision ('target', 'steps', 'time' or None), kept in ``stop``."""
-        self.stop = self.mon.check_stop()
-        return self.stop
-
-    def attach(self, parts: dict[str, Any], policy: tuple[Any, Any]) -> None:
-        """Checkpoint ``parts`` built after the run opened (they report into the Monitor);
-        ``policy``: (model, meta) for policy.pt if the run fails."""
-        attach_checkpoints(self.ctx, self.mon, parts, policy)
-        self.meta = policy[1]
 
     def survive(self, *components: Any) -> None:
         """A dead actor is dropped from each of ``components`` too (their ``drop``)."""
@@ -166,22 +152,16 @@ class RootRun:
                 absorb_stats(self.mon, msg, version, age, lag)
         self.guard(take, "taking statistics")
 
-    def log(self) -> None:
-        """A metrics row when it is time, with this rank's bytes."""
-        self.mon.maybe_log(*byte_totals(self.ctx.transport))
-
     def serve(self, serve: Callable[[], bool], version: Callable[[], int],
               age: Callable[[int], float | None] | None = None, lag: bool = True) -> str:
         """Rank 0 as a server (a parameter-server shard) that keeps the learning curve:
-        ``serve()`` (True if it did something), absorb, log, until the Monitor says stop."""
+        ``serve()`` (True if it did something), absorb, tick, until the run stops."""
         t = self.ctx.transport
         while not self.stopped:
             if not serve():
                 t.idle(2e-4)
             self.absorb(version(), age, lag)
-            self.mon.updates = version()
-            self.log()
-            self.check_stop()
+            self.tick(version())
         return self.stop
 
     def on_stop(self, drain: Callable[[], Any] | None = None,
@@ -193,21 +173,32 @@ class RootRun:
 
     def finish(self, policy: Any, updates: int, *, meta: Any = None,
                extra: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-        """After the ``with``: the last metrics row, summary.json (``extra``, and the
-        survivors' counts) and policy.pt (``policy``, ``meta`` or the run's); ``kw``: as
-        :func:`~archzoo.harness.finish.finish_run`'s. Returns the summary; with
-        ``keep_stop_error``, a stop protocol that failed is raised here, once written."""
+        """After the ``with``: :meth:`Run.finish <archzoo.harness.run.Run.finish>` with the
+        leaves' BYE statistics and the survivors' counts in ``extra``. Returns the summary;
+        with ``keep_stop_error``, a stop protocol that failed is raised here, once
+        written."""
         extra = dict(extra or {})
         if self.survivors is not None:
             extra.update(self.survivors.summary())
         if self.keep_stop_error:
             extra["stop_error"] = None if self.stop_error is None else str(self.stop_error)
-        summary = finish_run(self.ctx, self.run_dir, self.mon, self.stop, policy=policy,
-                             meta=self.meta if meta is None else meta, updates=updates,
-                             byes=self.byes, extra=extra, **kw)
+        summary = super().finish(policy, updates, meta=meta, byes=self.byes, extra=extra, **kw)
         if self.stop_error is not None:
             raise self.stop_error
         return summary
+
+    def stop_and_drain(self) -> None:
+        """The end of :func:`root`'s body: the stop protocol (STOP, every BYE while
+        :meth:`on_stop`'s ``drain`` runs, ``outstanding``, FINAL, the final barrier); the
+        leaves' BYE statistics into ``byes``. With ``keep_stop_error`` a failure is kept
+        for :meth:`finish`."""
+        try:
+            self.byes = protocol.finish_root(self.ctx, self.control, self.leaves, self._drain,
+                                             self._outstanding, self.survivors)
+        except CommError as e:
+            if not self.keep_stop_error:
+                raise
+            self.stop_error = e
 
 
 @contextmanager
@@ -217,26 +208,31 @@ def root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
          keep_stop_error: bool = False) -> Iterator[RootRun]:
     """The deciding rank: the handshake with ``leaves``, the run directory and Monitor
     (``eval_window``, ``parts``, ``policy``: as :func:`open_run`'s), then the body; when it
-    ends, the stop protocol (:meth:`RootRun.on_stop`). ``actors``: the leaves whose death
-    the run survives (None: none; [] still counts the survivors in the summary).
-    ``keep_stop_error``: a stop protocol that fails (an actor silent) is kept for
-    :meth:`RootRun.finish`, which writes the summary with ``stop_error`` before raising
-    it."""
+    ends, the stop protocol (:meth:`RootRun.on_stop`); when it raises, none.
+    ``actors``: the leaves whose death the run survives (None: none; [] still counts the
+    survivors in the summary). ``keep_stop_error``: a stop protocol that fails (an actor
+    silent) is kept for :meth:`RootRun.finish`, which writes the summary with
+    ``stop_error`` before raising it."""
+    run = open_root(ctx, leaves, digests, actors=actors, eval_window=eval_window,
+                    parts=parts, policy=policy, keep_stop_error=keep_stop_error)
+    yield run
+    run.stop_and_drain()
+
+
+def open_root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
+              actors: list[int] | None = None, eval_window: int | None = None,
+              parts: dict[str, Any] | None = None, policy: tuple[Any, Any] | None = None,
+              keep_stop_error: bool = False) -> RootRun:
+    """:func:`root` up to its body (for a context of its own that is a root, such as
+    :class:`~archzoo.harness.unroll_link.LearnerLink`, which ends with
+    :meth:`RootRun.stop_and_drain`)."""
     cfg = ctx.cfg
     control = ControlChannel(ctx.transport, leaves, TAG_CONTROL)
     protocol.handshake_root(control, leaves, digests, cfg.startup_timeout)
     opened = open_run(ctx, eval_window, parts=parts, policy=policy)
     survivors = None
     if actors is not None:
-        survivors = Survivors(ctx.rank, actors, cfg.min_actors, opened[1].elapsed)
+        survivors = Survivors(ctx.rank, actors, cfg.min_actors, opened.mon.elapsed)
         survivors.on_drop(control.drop)
-    run = RootRun(ctx, control, leaves, opened, survivors,
-                  None if policy is None else policy[1], keep_stop_error)
-    yield run
-    try:
-        run.byes = protocol.finish_root(ctx, control, leaves, run._drain, run._outstanding,
-                                        survivors)
-    except CommError as e:
-        if not keep_stop_error:
-            raise
-        run.stop_error = e
+    return RootRun(ctx, control, leaves, opened, survivors,
+                   None if policy is None else policy[1], keep_stop_error)

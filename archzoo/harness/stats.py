@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from archzoo.comm import ControlChannel, Message
 from archzoo.runlog import Monitor, accumulate_learner_stats
-
-if TYPE_CHECKING:
-    from archzoo.learners.base import UnrollLearner
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
 
@@ -102,20 +99,3 @@ class StatsReporter:
         self.returns, self.evals, self.learner = [], [], {}
         return True
 
-
-def train_on_unrolls(mon: Monitor, collect: Callable[[Message], None], msg: Message,
-                     learner: UnrollLearner, after_update: Callable[[], None] | None = None
-                     ) -> str:
-    """``--actors 0`` with unrolls: collect one into ``msg``, account it, take one update,
-    until the Monitor says stop; returns why."""
-    stop = None
-    while stop is None:
-        collect(msg)
-        account_unroll(mon, msg, learner.version)
-        mon.add_learner_stats(learner.update([msg]))
-        if after_update is not None:
-            after_update()
-        mon.updates = learner.version
-        mon.maybe_log()
-        stop = mon.check_stop()
-    return stop

@@ -4,14 +4,26 @@ chosen topology.
 
 :class:`LearnerLink` serves any learner loop over unrolls: IMPALA's own
 (:func:`archzoo.architectures.impala.run_learner`) or a new architecture's
-(docs/tutorial.md). The actor's end is :func:`archzoo.architectures.impala.run_actor`.
+(docs/tutorial.md). The actor's end is :func:`archzoo.architectures.impala.run_actor`::
+
+    with LearnerLink(ctx, spec, learner) as link:   # handshake, run directory, checkpoints
+        link.send_params()                          # where every actor starts
+        while not link.run.stopped:
+            batch = link.next_batch()
+            link.account(batch)
+            link.run.mon.add_learner_stats(learner.update(batch))
+            link.run.tick(learner.version)          # row, checkpoint, video, stop: when due
+            link.send_params()                      # the new parameters, or STOP
+            link.release()
+    # STOP, every BYE (unrolls in flight dropped), FINAL, the final barrier
+    return link.finish()
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -23,12 +35,12 @@ from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.protocol import RankContext
-from archzoo.harness.roles import RootRun, root
+from archzoo.harness.roles import RootRun, open_root
 from archzoo.harness.stats import account_unroll
 from archzoo.harness.survivors import Survivors
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import ActorCritic, get_flat, num_params
-from archzoo.runlog import Monitor, RunDir, Timers
+from archzoo.runlog import Timers
 from archzoo.tags import TAG_ACTIONS, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
 from archzoo.topology.broadcast import ParamsBroadcast, describe_broadcast
 from archzoo.topology.star import params_schema
@@ -57,23 +69,29 @@ def unroll_window(cfg: ImpalaConfig, actors: int) -> int:
 
 
 class LearnerLink:
-    """The learner's end of IMPALA's wire, for any learner loop over unrolls.
+    """The learner's end of IMPALA's wire, for any learner loop over unrolls: a context.
 
-    It holds an :class:`Inbox` of the actors' unrolls and the parameter broadcast; the run's
-    lifecycle is :func:`archzoo.harness.root`'s (``run``), entered by :meth:`open_run` (the
-    start-up handshake, the run directory and Monitor, the actors whose death an async run
-    survives) and left by :meth:`finish` (the stop-and-drain protocol, summary.json).
+    It holds an :class:`Inbox` of the actors' unrolls and the parameter broadcast. Entered,
+    it is the root of the run (:func:`archzoo.harness.root`, its :class:`RootRun` is
+    ``run``): the start-up handshake, the run directory and Monitor checkpointing
+    ``learner`` (and ``parts``; with ``--resume`` they go on from the latest checkpoint),
+    the actors whose death an async run survives (dropped from the control channel, the
+    inbox and the broadcast; sync cannot). Left, it runs the stop-and-drain protocol
+    (unrolls in flight are received and dropped); :meth:`finish` then writes summary.json.
     :meth:`next_batch` receives the unrolls of the next update, :meth:`release` hands their
     buffers back to the inbox and :meth:`send_params` sends the learner's parameters (or
-    STOP).
+    STOP, once the run stopped).
     """
 
-    def __init__(self, ctx: RankContext, spec: EnvSpec, model: ActorCritic) -> None:
+    def __init__(self, ctx: RankContext, spec: EnvSpec, learner: VTraceLearner,
+                 parts: dict[str, Any] | None = None) -> None:
         cfg, t = ctx.cfg, ctx.transport
-        self.ctx, self.cfg, self.spec = ctx, cfg, spec
+        self.ctx, self.cfg, self.spec, self.learner = ctx, cfg, spec, learner
+        self.parts = parts or {}
         self.actors = list(range(1, ctx.world_size))
         self.timers = Timers()
-        self.unroll_schema, p_schema, self.digests = schemas(cfg, spec, model, ctx.world_size)
+        self.unroll_schema, p_schema, self.digests = schemas(cfg, spec, learner.model,
+                                                             ctx.world_size)
         # async: an update takes --batch-unrolls unrolls, so each actor may have that many
         # over the actors waiting (sync: one each, in rank order)
         depth = 1 if cfg.mode == "sync" or not cfg.batch_unrolls else \
@@ -88,21 +106,16 @@ class LearnerLink:
         self.lag: dict[int, list[int]] = {}  # actor -> [sum of policy lags, unrolls]
         # sync: every actor's actions, so that a resumed run goes on bit for bit
         self.actions = ActionLog(spec.num_actions) if cfg.mode == "sync" else None
-        self._stack = ExitStack()
-        self.run: RootRun | None = None  # the root lifecycle, from open_run() on
+        self.run: RootRun  # the root's run, from __enter__ on
 
-    def open_run(self, learner: VTraceLearner, parts: dict[str, Any] | None = None
-                 ) -> tuple[RunDir, Monitor]:
-        """The start-up handshake, then the run directory and Monitor, checkpointing the
-        learner (and ``parts``); with ``--resume`` the learner goes on from the latest
-        checkpoint. An async run goes on without an actor that dies (dropped from the
-        control channel, the inbox and the broadcast); sync cannot."""
+    def __enter__(self) -> LearnerLink:
         log = {"actions": self.actions} if self.actions is not None else {}
-        run = self.run = self._stack.enter_context(root(
+        learner = self.learner
+        run = self.run = open_root(
             self.ctx, self.actors, self.digests,
             actors=self.actors if self.cfg.mode == "async" else [],
-            parts={"learner": learner, **log, **(parts or {})},
-            policy=(learner.model, builders.policy_meta(self.cfg, self.spec))))
+            parts={"learner": learner, **log, **self.parts},
+            policy=(learner.model, builders.policy_meta(self.cfg, self.spec)))
         run.survive(self.inbox, self.publisher)
         inbox, publisher = self.inbox, self.publisher
 
@@ -115,13 +128,22 @@ class LearnerLink:
         if self.actions is not None:  # empty unless resumed: the actors catch up first
             self.actions.send_all(self.ctx.transport, self.actors, TAG_ACTIONS,
                                   self.cfg.startup_timeout)
-        return run.run_dir, run.mon
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """The root's end: after the loop, the stop protocol (STOP, every BYE, FINAL, the
+        final barrier); after an error, none (it propagates)."""
+        if kind is None:
+            self.run.stop_and_drain()
 
     @property
     def survivors(self) -> Survivors:
-        """The live and dead actors of the run (sync: none may die), from :meth:`open_run`."""
-        assert self.run is not None and self.run.survivors is not None, "open_run() first"
-        return self.run.survivors
+        """The live and dead actors of the run (sync: none may die)."""
+        survivors = self.run.survivors
+        if survivors is None:  # root() was given actors: never None
+            raise RuntimeError("LearnerLink: the run counts no survivors")
+        return survivors
 
     def batch_size(self) -> int:
         """Unrolls per asynchronous update: ``--batch-unrolls`` (0 = one per live actor), at
@@ -183,11 +205,12 @@ class LearnerLink:
             t.wait_s += time.perf_counter() - t0
         return batch
 
-    def account(self, mon: Monitor, batch: list[Message], version: int) -> None:
-        """The batch's episodes, steps and policy lag into ``mon``, and each actor's lag
-        (learner version minus the unroll's behaviour-policy version) apart. The lag in
-        seconds is the age of the behaviour policy: now minus when it was published."""
-        now = time.time()
+    def account(self, batch: list[Message]) -> None:
+        """The batch's episodes, steps and policy lag into the run's Monitor, and each
+        actor's lag (the learner's version minus the unroll's behaviour-policy version)
+        apart. The lag in seconds is the age of the behaviour policy: now minus when it was
+        published."""
+        mon, version, now = self.run.mon, self.learner.version, time.time()
         for peer, msg in zip(self.peers, batch, strict=True):
             behaviour = int(msg["version"])
             published = self.published_at.get(behaviour)
@@ -208,16 +231,17 @@ class LearnerLink:
                     self.survivors.guard(lambda p=p: self.inbox.release(p),
                                          "receiving unrolls")
 
-    def send_params(self, learner: VTraceLearner, stop: str | None = None) -> None:
+    def send_params(self) -> None:
         """The learner's parameters to every actor as version ``learner.version`` (sync: and
-        wait until each has them); once ``stop`` is set, STOP instead.
+        wait until each has them); once the run stopped, STOP instead.
 
         The message also carries every actor's credit, the unrolls of it that
         :meth:`next_batch` has taken so far: an async actor starts its next unroll once
         the learner took its last (``--max-inflight`` 1). Sent right after
         :meth:`next_batch`, before the update, the actor collects while the learner trains,
         and its unroll is trained one update per actor later (the policy lag)."""
-        if stop is not None:
+        learner = self.learner
+        if self.run.stopped:
             self.publisher.publish_stop()  # sync actors blocked in a collective stop
             return
         self.published_at[learner.version] = time.time()
@@ -230,16 +254,10 @@ class LearnerLink:
             if self.cfg.mode == "sync":
                 self.publisher.wait_all()  # every actor waits for exactly this version
 
-    def finish(self, run_dir: RunDir, mon: Monitor, stop: str, learner: VTraceLearner,
-               extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Stop and drain (unrolls in flight are received and dropped), then the last
-        metrics row, summary.json (plus ``extra``) and policy.pt; returns the summary.
-        ``run_dir`` and ``mon`` are :meth:`open_run`'s."""
-        run, t = self.run, self.ctx.transport
-        assert run is not None and (run.run_dir, run.mon) == (run_dir, mon), \
-            "finish() takes what open_run() returned"
-        run.stop = stop
-        self._stack.close()  # the stop protocol: STOP, every BYE, FINAL, the final barrier
+    def finish(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """After the ``with``: the last metrics row, summary.json (the link's counters, plus
+        ``extra``) and policy.pt (the learner's); returns the summary."""
+        run, t, learner = self.run, self.ctx.transport, self.learner
         timers = {"learner": {"update": learner.update_s,
                               "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s}}
         extra = {"topology_rounds": self.publisher.rounds(),
