@@ -117,6 +117,25 @@ def test_a_leaf_that_never_answers_the_handshake_is_named(tmp_path: Path) -> Non
     assert not d.exists()  # the handshake comes before the run directory
 
 
+def test_the_handshake_has_one_deadline_for_every_leaf(tmp_path: Path) -> None:
+    """--startup-timeout bounds the whole handshake: rank 1 says HELLO only at 119 s of
+    120, and rank 2 never does; the root names rank 2 once the clock passes 120 s (a
+    deadline per leaf would have waited until 239 s)."""
+    clock = ManualClock()
+    group = LoopbackGroup(3, clock=clock, timeout_s=30)
+    d = tmp_path / "run"
+    root = group.start(0, _learner(d, [1, 2], startup_timeout=120))
+    group.settle(0)
+    clock.advance(119)
+    leaf = group.start(1, _actor(d, startup_timeout=120))
+    group.settle(0, 1)  # rank 0 has rank 1's HELLO and waits for rank 2's
+    clock.advance(2)
+    e = root.failure()
+    assert isinstance(e, PeerTimeout) and (e.peer, e.what) == (2, "control message"), repr(e)
+    assert str(e) == "rank 0: timed out after 120s waiting for control message from rank 2"
+    assert isinstance(leaf.failure(), CommError)
+
+
 def test_a_dead_actor_is_dropped_and_counted(tmp_path: Path, capsys) -> None:
     """Actor 2 dies after the handshake; the root drops it where it next hears from it,
     goes on with actor 1, skips the final barrier (it needs every rank) and counts the dead

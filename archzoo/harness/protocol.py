@@ -55,11 +55,19 @@ class RankContext:
 def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict[str, str],
                    timeout_s: float) -> dict[int, dict[str, Any]]:
     """Collect every leaf's HELLO, check the archzoo version and the schema digests, answer
-    WELCOME (or ABORT and raise). Where each leaf runs is kept for summary.json."""
+    WELCOME (or ABORT and raise). Where each leaf runs is kept for summary.json.
+
+    ``timeout_s`` is one deadline for every HELLO (the leaves start together), not one per
+    leaf: a leaf that never answers is named ``timeout_s`` after the wait began."""
     hellos: dict[int, dict[str, Any]] = {}
     problems = []
+    clock = control.transport
+    end = clock.now() + timeout_s
     for leaf in leaves:
-        msg = control.recv_from(leaf, timeout_s)
+        try:
+            msg = control.recv_from(leaf, max(0.0, end - clock.now()))
+        except PeerTimeout as e:  # named with the whole wait, not what was left of it
+            raise PeerTimeout(e.rank, e.peer, e.what, timeout_s) from None
         if msg.get("type") != "hello":
             raise SchemaMismatch(f"rank {leaf} sent {msg.get('type')!r} instead of hello")
         hellos[leaf] = msg
