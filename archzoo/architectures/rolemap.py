@@ -5,7 +5,7 @@ A :class:`RoleMap` is a tuple of :class:`Role` in rank order. A role's count is 
 config field (``"replay_shards"``), a function of the config, or :data:`ACTORS`: as many as
 ``--actors`` (exactly one role scales so). Everything else follows from it:
 
-- :meth:`RoleMap.world_size` and :meth:`RoleMap.actors_for` (the config's
+- :meth:`RoleMap.world_size` and :meth:`RoleMap.actors_for` (``archzoo.architectures``'
   ``world_size``/``actors_for``, which the launchers use): ``--actors 0`` is one process;
 - :meth:`RoleMap.place`: the ranks of each role (a :class:`Placement`), whose
   :meth:`Placement.role` names the ranks in summary.json's time breakdown;
