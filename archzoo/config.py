@@ -14,9 +14,11 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from archzoo.model_shapes import core_size
+
+T = TypeVar("T")
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
@@ -29,6 +31,14 @@ def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,  # n
     commas)."""
     return field(default=default, metadata={"help": help, "choices": choices, "group": group,
                                             "flag": flag, "repeat": repeat})
+
+
+def filled(value: T | None, flag: str) -> T:
+    """A field that archzoo.resolve fills in before any rank starts (``--topology``,
+    ``--actors``, ``--run-dir``, ...): its value, or an error naming ``flag`` if unfilled."""
+    if value is None:
+        raise ValueError(f"{flag} is not resolved (archzoo.resolve fills it in)")
+    return value
 
 
 def flag_name(name: str) -> str:
@@ -237,6 +247,12 @@ class RunConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def topology_name(self) -> str:
+        """``--topology`` once resolved (archzoo.resolve gives each architecture its own
+        default)."""
+        return filled(self.topology, "--topology")
 
 
 def latency_problem(ms: float, jitter_ms: float, spin: float) -> str | None:

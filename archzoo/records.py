@@ -9,7 +9,13 @@ run has. tests/test_records.py checks real runs against them.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
+
+JSONObject = dict[str, object]  # a JSON object as written: its values serialise as JSON
+# summary.json: RunSummary's keys and an architecture's own
+Summary = dict[str, object]
+# policy.pt's metadata (archzoo.builders.policy_meta): how to rebuild the policy
+PolicyMeta = dict[str, object]
 
 
 class ByteTotals(TypedDict):
@@ -36,15 +42,27 @@ class LagSummary(TypedDict):
     seconds: Distribution
 
 
-class ByeStats(TypedDict):
-    """What a leaf reports in its BYE (:class:`archzoo.harness.roles.LeafLink`): its time
-    breakdown in seconds (``wait`` included) and its traffic; an actor also its env steps,
-    episodes and the parameter versions it loaded (``params``), and a role may add more."""
+class LeafStats(TypedDict, total=False):
+    """A leaf role's own statistics (``stats`` of :meth:`archzoo.harness.roles.LeafLink.
+    on_stop`): its time breakdown in seconds; an actor also its env steps, episodes, the
+    parameter versions it loaded (``params``) and its exploration ``epsilon``; a learner
+    its ``updates`` or gradient ``steps``; a parameter-server shard its counters (``ps``),
+    a replay rank its memory's (``replay``)."""
     timing: dict[str, float]
+    env_steps: int
+    episodes: int
+    params: dict[str, int | float]
+    epsilon: float
+    steps: int
+    updates: int
+    ps: dict[str, int]
+    replay: dict[str, int]
+
+
+class ByeStats(LeafStats):
+    """What a leaf reports in its BYE (:class:`archzoo.harness.roles.LeafLink`): its
+    :class:`LeafStats` (the time breakdown gets ``wait``) and its traffic."""
     bytes: ByteTotals
-    env_steps: NotRequired[int]
-    episodes: NotRequired[int]
-    params: NotRequired[dict[str, int | float]]
 
 
 class DeadActor(TypedDict):
@@ -53,6 +71,15 @@ class DeadActor(TypedDict):
     time_s: float
     during: str
     error: str
+
+
+class Place(TypedDict):
+    """Where a rank runs (archzoo/harness/placement.py): host, network namespace (None:
+    the machine's own), pid, archzoo version."""
+    host: str
+    netns: str | None
+    pid: int
+    archzoo: str
 
 
 class RunSummary(TypedDict):
@@ -91,5 +118,5 @@ class RunSummary(TypedDict):
     bytes_recv: int
     bytes_sent_per_env_step: float
     time_breakdown_s: dict[str, dict[str, float]]
-    hosts_by_rank: dict[str, Any]
+    hosts_by_rank: dict[str, Any]  # rank -> Place (Any: tests/test_records.py holds names)
     torch_threads: int

@@ -19,11 +19,14 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archzoo.learners.schedule import fraction_spent
 from archzoo.progress import Progress, ranks_heard, time_left
-from archzoo.records import Distribution, LagSummary
+from archzoo.records import Distribution, LagSummary, PolicyMeta
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # What a V-trace learner reports per update (learners/vtrace.py): loss terms, entropy, the
 # importance weights ρ = π/μ (mean, fraction clipped at ρ̄, mean |log π/μ|), gradient norm
@@ -196,7 +199,7 @@ class RunDir:
         if self._wandb is not None:
             self._wandb.summary(summary)
 
-    def save_policy(self, model, meta: dict[str, Any]) -> None:
+    def save_policy(self, model: nn.Module, meta: PolicyMeta | None) -> None:
         import torch
 
         from archzoo.nets import cpu_state_dict

@@ -31,11 +31,13 @@ import numpy as np
 
 from archzoo import builders, harness
 from archzoo.actors.segment import SegmentActor
+from archzoo.config import A3CConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.learners.a2c import a2c_gradient
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.paramserver import average_gradients
+from archzoo.records import Summary
 from archzoo.runlog import Timers
 from archzoo.topology.factory import make_topology
 from archzoo.topology.star import params_schema
@@ -56,7 +58,7 @@ def applied(topology: str, fanout: int) -> str:
 class Worker:
     """One actor-learner: its envs, its copy of the parameters, its optimizer."""
 
-    def __init__(self, ctx: RankContext, spec: EnvSpec) -> None:
+    def __init__(self, ctx: RankContext[A3CConfig], spec: EnvSpec) -> None:
         cfg = ctx.cfg
         self.model = builders.actor_critic(cfg, spec)  # the same parameters on every rank
         n = num_params(self.model)
@@ -66,7 +68,7 @@ class Worker:
         self.a2c = builders.a2c_loss_config(cfg)
         self.actor = SegmentActor(spec, cfg.envs_per_actor, cfg.t_max, self.model,
                                   worker_seed(cfg.seed, ctx.rank))
-        self.topo = make_topology(cfg.topology, ctx.transport, cfg.fanout,
+        self.topo = make_topology(cfg.topology_name, ctx.net, cfg.fanout,
                                   harness.TAG_TOPOLOGY)
         self.workers = ctx.world_size
         self.total = np.zeros(n + 1, np.float64)  # the gradient sum, then the stop flag
@@ -137,7 +139,7 @@ class Worker:
                 **self.timers.s, "wait": t.wait_s}
 
 
-def play_worker(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
+def play_worker(ctx: RankContext[A3CConfig], spec: EnvSpec) -> Summary | None:
     """Every rank (a3c's role map has only workers here): a worker, which on rank 0 also
     decides."""
     worker = Worker(ctx, spec)
@@ -148,10 +150,10 @@ def play_worker(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
     return None
 
 
-def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker,
-                 digests: dict[str, str]) -> dict[str, Any]:
+def run_deciding(ctx: RankContext[A3CConfig], spec: EnvSpec, worker: Worker,
+                 digests: dict[str, str]) -> Summary:
     """Rank 0: a worker that also keeps the learning curve and decides the stop."""
-    t, cfg = ctx.transport, ctx.cfg
+    t, cfg = ctx.net, ctx.cfg
     with harness.root(ctx, list(range(1, ctx.world_size)), digests, parts={"worker": worker},
                       policy=(worker.model, builders.policy_meta(cfg, spec))) as run:
         if cfg.resume is not None:
@@ -168,19 +170,19 @@ def run_deciding(ctx: RankContext, spec: EnvSpec, worker: Worker,
             run.tick(worker.updates)
         rounds, timing = worker.topo.rounds, worker.timing(t)
     return run.finish(worker.model, worker.updates, topology=cfg.topology,
-                      applied=applied(cfg.topology, cfg.fanout), timers={"worker0": timing},
+                      applied=applied(cfg.topology_name, cfg.fanout), timers={"worker0": timing},
                       role="worker", extra={"workers": worker.workers, "all_reduce_rounds": rounds,
                                             "parameter_server": None,
                                             "params_crc32_rank0": worker.crc32()})
 
 
-def run_other(ctx: RankContext, worker: Worker, digests: dict[str, str]) -> None:
+def run_other(ctx: RankContext[A3CConfig], worker: Worker, digests: dict[str, str]) -> None:
     """Ranks 1..W−1: a worker that reports its episodes to rank 0 (rank 0 counts the steps
     of every round itself)."""
     with harness.leaf(ctx, digests) as link:
         if ctx.cfg.resume is not None:
-            worker.share_resumed(ctx.transport)
-        link.on_stop(stats=lambda: {"timing": worker.timing(ctx.transport),
+            worker.share_resumed(ctx.net)
+        link.on_stop(stats=lambda: {"timing": worker.timing(ctx.net),
                                     "updates": worker.updates, "env_steps": worker.env_steps,
                                     "params": {"crc32": worker.crc32()}})
         while True:

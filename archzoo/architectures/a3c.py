@@ -27,7 +27,6 @@ decides when to stop), ranks K.. are actor-learners.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
@@ -35,25 +34,27 @@ from archzoo import builders, harness
 from archzoo.actors.segment import SegmentActor
 from archzoo.architectures import a2c_allreduce
 from archzoo.architectures.rolemap import placement, play
+from archzoo.config import A3CConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.ps_roles import param_shard, run_shards
 from archzoo.learners.a2c import a2c_gradient
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.paramserver import PSClient, ShardState, ps_schemas
+from archzoo.records import Summary
 from archzoo.tags import PS_TAGS
 
 APPLIED = "gradients worker->shards and parameters shards->worker point-to-point (star)"
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[A3CConfig]) -> Summary | None:
     """Every rank: the role its rank plays in the role map. Sync over ring, tree,
     butterfly or native, the map has no shard: every rank is an all-reducing worker."""
     worker = a2c_allreduce.play_worker if ctx.cfg.all_reduce else run_worker
     return play(ctx, run_single, shard=run_shard, worker=worker)
 
 
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single(ctx: RankContext[A3CConfig], spec: EnvSpec) -> Summary:
     """One actor-learner; the parameter server's update rule runs in-process."""
     cfg = ctx.cfg
     builders.learner_threads(cfg)  # the one process takes the learner's threads
@@ -91,7 +92,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     return run.finish(model, state.version, timers=timers, extra={"ps": state.stats.as_dict()})
 
 
-def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
+def run_shard(ctx: RankContext[A3CConfig], spec: EnvSpec) -> Summary | None:
     """A parameter-server shard; shard 0 also keeps the learning curve and decides."""
     cfg, place = ctx.cfg, placement(ctx)
     shards, workers = place["shard"], place["worker"]
@@ -109,9 +110,9 @@ def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
                       extra={"mode_rule": rule})
 
 
-def run_worker(ctx: RankContext, spec: EnvSpec) -> None:
+def run_worker(ctx: RankContext[A3CConfig], spec: EnvSpec) -> None:
     """An actor-learner: act t_max steps with θ′, push the gradient, take the fresh θ."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     shards = place["shard"]
     model = builders.actor_critic(cfg, spec)
     n = num_params(model)

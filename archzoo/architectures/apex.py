@@ -36,6 +36,7 @@ from archzoo.harness.single_dqn import run_single_dqn
 from archzoo.harness.transition_role import TransitionLeaf
 from archzoo.learners.dqn import replay_lag_stats
 from archzoo.nets import get_flat, num_params
+from archzoo.records import Summary
 from archzoo.runlog import Timers, VersionClock
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
 from archzoo.topology.star import params_schema
@@ -45,12 +46,12 @@ def applied(cfg: ApexConfig) -> str:
     """Where the chosen topology is used (summary.json's topology_applied); what the actors
     send is the builder's (transitions, or R2D2's sequences)."""
     return (f"parameter broadcast learner->actors over "
-            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; "
+            f"{describe_broadcast(cfg.topology_name, cfg.fanout, 'async')}; "
             f"{builders.insert_name(cfg)} actor->replay and samples replay<->learner "
             "point-to-point")
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[ApexConfig]) -> Summary | None:
     """Every rank (Ape-X's and R2D2's): the role its rank plays in the role map."""
     return play(ctx, run_single_dqn, learner=run_learner, shard=run_shard, actor=run_actor)
 
@@ -60,13 +61,13 @@ def _digests(cfg: ApexConfig, spec: EnvSpec, model: Any = None) -> dict[str, str
     return builders.replay_digests(cfg, spec, num_params(model))
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_learner(ctx: RankContext[ApexConfig], spec: EnvSpec) -> Summary:
     """Rank 0: sample, one double-DQN step, new priorities back, publish every so often
     (R2D2's too: ``builders.dqn_learner`` is its builder's)."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     shards, actors = place["shard"], place["actor"]
     learner = builders.dqn_learner(cfg, spec)
-    publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout,
+    publisher = ParamsBroadcast(t, cfg.topology_name, cfg.fanout,
                                 params_schema(num_params(learner.model)), actors,
                                 harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
     replay = LearnerReplay(ctx, spec, shards, actors)  # --replay-shards 0: in this process
@@ -122,7 +123,7 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                              "params_messages_root": publisher.messages()})
 
 
-def run_shard(ctx: RankContext, spec: EnvSpec) -> None:
+def run_shard(ctx: RankContext[ApexConfig], spec: EnvSpec) -> None:
     """A replay shard: its share of the actors (round robin) and of the capacity."""
     cfg, place = ctx.cfg, placement(ctx)
     shards, actors = place["shard"], place["actor"]
@@ -132,13 +133,13 @@ def run_shard(ctx: RankContext, spec: EnvSpec) -> None:
                  capacity=cfg.replay_capacity // k, learning_starts=-(-cfg.learning_starts // k))
 
 
-def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+def run_actor(ctx: RankContext[ApexConfig], spec: EnvSpec) -> None:
     """An ε_i-greedy actor: batches to its shard, the newest parameters before each."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     shards, actors = place["shard"], place["actor"]
     model = builders.q_network(cfg, spec)  # its weights come from the learner
     me = TransitionLeaf(ctx, spec, model, actors)
-    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, params_schema(num_params(model)), 0,
+    params = ParamsSubscriber(t, cfg.topology_name, cfg.fanout, params_schema(num_params(model)), 0,
                               me.load, harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
                               [0, *actors])
     with harness.leaf(ctx, _digests(cfg, spec, model)) as link:

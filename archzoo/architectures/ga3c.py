@@ -40,6 +40,7 @@ from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.learners.ga3c_server import Ga3cServer
 from archzoo.nets import Locked
+from archzoo.records import Summary
 from archzoo.runlog import Timers
 
 APPLIED = ("none: inference is central, so there is no parameter broadcast; requests and "
@@ -50,7 +51,7 @@ def _learner(cfg: Ga3cConfig, spec: EnvSpec):
     return builders.vtrace_learner(cfg, spec, loss=cfg.loss)
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[Ga3cConfig]) -> Summary | None:
     """Entry point on every rank; returns the summary on rank 0."""
     return play(ctx, run_single, server=run_server, actor=run_agent)
 
@@ -72,10 +73,10 @@ def _core_states(cfg: Ga3cConfig, learner: Any, agents: list[int]) -> CoreStates
     return CoreStates(learner.model, agents, cfg.envs_per_actor, cfg.unroll_length)
 
 
-def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_server(ctx: RankContext[Ga3cConfig], spec: EnvSpec) -> Summary:
     """Rank 0's communication thread: requests and unrolls into the bounded queues, replies
     out; the predictor and trainer threads do the rest (learners/ga3c_server.py)."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     agents = place["actor"]
     req_s, rep_s, u_schema, digests = _schemas(cfg, spec)
     requests = Inbox(t, req_s, agents, harness.TAG_INFER_REQUEST, depth=1,
@@ -135,9 +136,9 @@ def run_server(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                       applied=APPLIED, timers=timers_0, role=place.role, extra=extra)
 
 
-def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
+def run_agent(ctx: RankContext[Ga3cConfig], spec: EnvSpec) -> None:
     """An agent: ask the server for every step's actions, send it every unroll."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t = ctx.cfg, ctx.net
     req_s, rep_s, u_schema, digests = _schemas(cfg, spec)
     with harness.leaf(ctx, digests) as link:
         client = PolicyClient(t, 0, req_s, rep_s, harness.TAG_INFER_REQUEST,
@@ -156,7 +157,7 @@ def run_agent(ctx: RankContext, spec: EnvSpec) -> None:
     agent.close()
 
 
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single(ctx: RankContext[Ga3cConfig], spec: EnvSpec) -> Summary:
     """``--actors 0``: the agent asks the model directly and the trainer runs inline."""
     cfg = ctx.cfg
     learner = _learner(cfg, spec)

@@ -33,6 +33,7 @@ from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.learners.a2c import a2c_gradient
 from archzoo.nets import get_flat, num_params, set_flat, set_flat_grad
+from archzoo.records import Summary
 from archzoo.runlog import Monitor, Timers
 from archzoo.topology.factory import make_topology
 from archzoo.topology.ring import NeighbourDistances, consensus_distance
@@ -44,7 +45,7 @@ APPLIED = "model averaging by gossip between ring neighbours; stop flag broadcas
 class Agent:
     """One A2C learner with its own envs (the same on every rank)."""
 
-    def __init__(self, ctx: RankContext, spec: EnvSpec) -> None:
+    def __init__(self, ctx: RankContext[GalaConfig], spec: EnvSpec) -> None:
         cfg: GalaConfig = ctx.cfg
         self.cfg, self.stop_flag = cfg, np.zeros(1, np.float64)  # rank 0's decision, shared
         self.model = builders.actor_critic(cfg, spec)  # every agent: the same parameters
@@ -116,13 +117,13 @@ class Agent:
                 "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s if t else 0.0}
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[GalaConfig]) -> Summary | None:
     """Every rank: an agent (the role map has no other role)."""
     return play(ctx, lambda ctx, spec: run_single(ctx, spec, Agent(ctx, spec)),
                 agent=play_agent)
 
 
-def play_agent(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
+def play_agent(ctx: RankContext[GalaConfig], spec: EnvSpec) -> Summary | None:
     """An agent that gossips; rank 0's also keeps the learning curve and decides."""
     agent = Agent(ctx, spec)
     digests = {"params": params_schema(num_params(agent.model)).digest()}
@@ -139,7 +140,7 @@ def _feed(mon: Monitor, agent: Agent, returns: np.ndarray) -> None:
     mon.updates = agent.updates
 
 
-def _summary(ctx: RankContext, agent: Agent, timing: dict[str, float], rounds: int,
+def _summary(ctx: RankContext[GalaConfig], agent: Agent, timing: dict[str, float], rounds: int,
              consensus: float | None = None) -> dict[str, Any]:
     """What summary.json and policy.pt hold of GALA (``run.finish``'s keywords)."""
     return {"policy": agent.model, "updates": agent.updates, "timers": {"agent0": timing},
@@ -148,7 +149,7 @@ def _summary(ctx: RankContext, agent: Agent, timing: dict[str, float], rounds: i
                       "consensus_distance": consensus}}
 
 
-def run_single(ctx: RankContext, spec: EnvSpec, agent: Agent) -> dict[str, Any]:
+def run_single(ctx: RankContext[GalaConfig], spec: EnvSpec, agent: Agent) -> Summary:
     """One agent, no gossip: the A2C baseline (with the learner's threads)."""
     builders.learner_threads(ctx.cfg)
     with harness.single(ctx, parts={"agent": agent},
@@ -159,10 +160,10 @@ def run_single(ctx: RankContext, spec: EnvSpec, agent: Agent) -> dict[str, Any]:
     return run.finish(**_summary(ctx, agent, agent.timing(None), 0))
 
 
-def run_deciding_agent(ctx: RankContext, spec: EnvSpec, agent: Agent,
-                       digests: dict[str, str]) -> dict[str, Any]:
+def run_deciding_agent(ctx: RankContext[GalaConfig], spec: EnvSpec, agent: Agent,
+                       digests: dict[str, str]) -> Summary:
     """Rank 0: an agent that also folds the others' statistics into the learning curve."""
-    t = ctx.transport
+    t = ctx.net
     with harness.root(ctx, list(range(1, ctx.world_size)), digests, parts={"agent": agent},
                       policy=(agent.model, builders.policy_meta(ctx.cfg, spec))) as run:
         ring = make_topology("ring", t, tag=harness.TAG_TOPOLOGY)
@@ -180,9 +181,9 @@ def run_deciding_agent(ctx: RankContext, spec: EnvSpec, agent: Agent,
     return run.finish(**_summary(ctx, agent, timing, rounds, consensus))
 
 
-def run_agent(ctx: RankContext, agent: Agent, digests: dict[str, str]) -> None:
+def run_agent(ctx: RankContext[GalaConfig], agent: Agent, digests: dict[str, str]) -> None:
     """Ranks 1..N−1: an agent that reports its episodes to rank 0."""
-    t = ctx.transport
+    t = ctx.net
     with harness.leaf(ctx, digests) as link:
         ring = make_topology("ring", t, tag=harness.TAG_TOPOLOGY)
         if ctx.cfg.resume is not None:

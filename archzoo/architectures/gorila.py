@@ -43,6 +43,7 @@ from archzoo.harness.transition_role import TransitionLeaf
 from archzoo.learners.dqn import dqn_gradient, replay_lag_stats
 from archzoo.nets import num_params, set_flat
 from archzoo.paramserver import PSClient, make_optimizer, ps_schemas
+from archzoo.records import Summary
 from archzoo.replay.server import ShardedReplayClient
 from archzoo.tags import PS_TAGS
 from archzoo.topology.broadcast import ParamsBroadcast, ParamsSubscriber, describe_broadcast
@@ -57,7 +58,7 @@ def applied(cfg: GorilaConfig) -> str:
     if cfg.topology == "star":
         return f"parameters shards->actors point-to-point (pulled); {STREAMS}"
     return (f"parameters shard->actors pushed over "
-            f"{describe_broadcast(cfg.topology, cfg.fanout, 'async')}; {STREAMS}")
+            f"{describe_broadcast(cfg.topology_name, cfg.fanout, 'async')}; {STREAMS}")
 
 
 def _digests(cfg: GorilaConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
@@ -73,22 +74,22 @@ def _pull(ps: PSClient, model: Any) -> np.ndarray:
     return versions
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[GorilaConfig]) -> Summary | None:
     """Every rank: the role its rank plays in the role map."""
     return play(ctx, run_single_dqn, shard=run_shard, replay=run_replay, learner=run_learner,
                 actor=run_actor)
 
 
-def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
+def run_shard(ctx: RankContext[GorilaConfig], spec: EnvSpec) -> Summary | None:
     """A parameter-server shard (Adam, async); shard 0 also pushes to the actors' tree."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     shards, learners, actors = place["shard"], place["learner"], place["actor"]
     model, meta = builders.q_network(cfg, spec), builders.policy_meta(cfg, spec)
     shard = param_shard(ctx, model, shards, learners + actors,
                         make_optimizer("adam", cfg.lr), mode="async", staleness=cfg.staleness)
     publisher = None
     if cfg.topology != "star" and ctx.rank == 0:  # one shard: push to the actors' tree
-        publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout,
+        publisher = ParamsBroadcast(t, cfg.topology_name, cfg.fanout,
                                     params_schema(num_params(model)), actors,
                                     harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async")
     end = run_shards(ctx, shard, _digests(cfg, spec, model), model, meta, shards,
@@ -104,7 +105,7 @@ def run_shard(ctx: RankContext, spec: EnvSpec) -> dict[str, Any] | None:
                           "params_messages_root": publisher.messages() if publisher else None})
 
 
-def run_replay(ctx: RankContext, spec: EnvSpec) -> None:
+def run_replay(ctx: RankContext[GorilaConfig], spec: EnvSpec) -> None:
     """The replay memory: every actor inserts, every learner samples."""
     cfg, place = ctx.cfg, placement(ctx)
     serve_replay(ctx, spec, _digests(cfg, spec), actors=place["actor"],
@@ -112,9 +113,9 @@ def run_replay(ctx: RankContext, spec: EnvSpec) -> None:
                  capacity=cfg.replay_capacity, learning_starts=cfg.learning_starts)
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec) -> None:
+def run_learner(ctx: RankContext[GorilaConfig], spec: EnvSpec) -> None:
     """Sample, the double-DQN gradient on the server's parameters, push it, take theirs."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     shards, replay = place["shard"], place["replay"]
     online = builders.learner_q_network(cfg, spec)  # --learner-threads
     with harness.leaf(ctx, _digests(cfg, spec, online)) as link:
@@ -149,10 +150,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> None:
                 target.load_state_dict(online.state_dict())
 
 
-def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+def run_actor(ctx: RankContext[GorilaConfig], spec: EnvSpec) -> None:
     """An ε_i-greedy actor: transitions to the replay, the server's parameters pulled every
     ``--param-sync-every`` batches (or pushed down the actors' tree)."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     shards, (replay,), actors = place["shard"], place["replay"], place["actor"]
     model = builders.q_network(cfg, spec)
     with harness.leaf(ctx, _digests(cfg, spec, model)) as link:
@@ -163,12 +164,12 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
         me.start(link, replay)
         pushed = None  # --topology tree|butterfly|ring: shard 0 pushes, the actors relay
         if cfg.topology != "star":
-            pushed = ParamsSubscriber(t, cfg.topology, cfg.fanout,
+            pushed = ParamsSubscriber(t, cfg.topology_name, cfg.fanout,
                                       params_schema(num_params(model)), 0, me.load,
                                       harness.TAG_PARAMS, harness.TAG_TOPOLOGY, "async",
                                       [0, *actors])
         link.on_stop(me.out.flush, ps.close,
-                     stats=lambda: me.stats(**({"params": pushed.stats()} if pushed else {})),
+                     stats=lambda: me.stats(pushed.stats() if pushed else None),
                      drain=pushed and pushed.take_newest, settle=pushed and pushed.settle)
         k = 0
         while True:

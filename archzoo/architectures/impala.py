@@ -22,8 +22,6 @@ The learner's end of the wire is :class:`archzoo.harness.unroll_link.LearnerLink
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from archzoo import builders, harness
@@ -32,10 +30,12 @@ from archzoo.actors.unroll import TIMING, UnrollActor
 from archzoo.architectures.rolemap import play
 from archzoo.comm import Message
 from archzoo.comm.sender import SendWindow
+from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.harness.unroll_link import LearnerLink, schemas, unroll_window
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.records import Summary
 from archzoo.runlog import Timers
 from archzoo.topology.broadcast import (
     STOP_VERSION,
@@ -43,12 +43,12 @@ from archzoo.topology.broadcast import (
 )
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[ImpalaConfig]) -> Summary | None:
     """Entry point on every rank; returns the summary on rank 0."""
     return play(ctx, run_single, learner=run_learner, actor=run_actor)
 
 
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single(ctx: RankContext[ImpalaConfig], spec: EnvSpec) -> Summary:
     """``--actors 0``: actor and learner code in one process, no transport (the baseline)."""
     cfg = ctx.cfg
     learner = builders.vtrace_learner(cfg, spec)
@@ -81,7 +81,7 @@ def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                       timers={"actor0": timing, "learner": {"update": learner.update_s}})
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_learner(ctx: RankContext[ImpalaConfig], spec: EnvSpec) -> Summary:
     """Rank 0: take the actors' unrolls, one V-trace update on them, send the parameters."""
     learner = builders.vtrace_learner(ctx.cfg, spec)
     asynchronous = ctx.cfg.mode == "async"
@@ -101,10 +101,10 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
     return link.finish()  # after STOP and the drain: summary.json, policy.pt
 
 
-def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+def run_actor(ctx: RankContext[ImpalaConfig], spec: EnvSpec) -> None:
     """An actor: collect an unroll with the newest parameters, send it, repeat (sync: wait
     for the parameters the unroll produced)."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t = ctx.cfg, ctx.net
     model = builders.actor_critic(cfg, spec)  # its weights come from rank 0
     u_schema, p_schema, digests = schemas(cfg, spec, model, ctx.world_size)
     actor = UnrollActor(spec, cfg.envs_per_actor, cfg.unroll_length, model,
@@ -114,8 +114,8 @@ def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
         set_flat(model, msg["params"])
         actor.version = int(msg["version"])
 
-    params = ParamsSubscriber(t, cfg.topology, cfg.fanout, p_schema, 0, load, harness.TAG_PARAMS,
-                              harness.TAG_TOPOLOGY, cfg.mode)
+    params = ParamsSubscriber(t, cfg.topology_name, cfg.fanout, p_schema, 0, load,
+                              harness.TAG_PARAMS, harness.TAG_TOPOLOGY, cfg.mode)
     asynchronous, comm = cfg.mode == "async", Timers()
     with harness.leaf(ctx, digests) as link:
         if not asynchronous:  # a resumed run's actor takes its logged steps again

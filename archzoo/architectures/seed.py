@@ -39,6 +39,7 @@ from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
 from archzoo.learners.seed import SeedLearner
+from archzoo.records import Summary
 from archzoo.runlog import Monitor
 
 POLL_CONTROL_EVERY = 16  # actor steps between looks at the control channel
@@ -60,12 +61,12 @@ def _learner(cfg: SeedConfig, spec: EnvSpec, mon: Monitor,
                              version_of=lambda: learner.version)
 
 
-def run(ctx: RankContext) -> dict[str, Any] | None:
+def run(ctx: RankContext[SeedConfig]) -> Summary | None:
     """Entry point on every rank; returns the summary on rank 0."""
     return play(ctx, run_single, learner=run_learner, actor=run_actor)
 
 
-def run_single(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single(ctx: RankContext[SeedConfig], spec: EnvSpec) -> Summary:
     """``--actors 0``: the actor asks the learner's policy directly, a batch of one."""
     cfg = ctx.cfg
     with harness.single(ctx) as run:
@@ -94,9 +95,9 @@ def _schemas(spec: EnvSpec, cfg: SeedConfig) -> tuple[Any, Any, dict[str, str]]:
     return req_s, rep_s, {"request": req_s.digest(), "reply": rep_s.digest()}
 
 
-def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_learner(ctx: RankContext[SeedConfig], spec: EnvSpec) -> Summary:
     """Rank 0: answer batches of requests, build the unrolls, train on them when complete."""
-    cfg, t, place = ctx.cfg, ctx.transport, placement(ctx)
+    cfg, t, place = ctx.cfg, ctx.net, placement(ctx)
     actors = place["actor"]
     req_s, rep_s, digests = _schemas(spec, cfg)
     # a stop protocol that fails (an actor silent) still writes the summary, with stop_error
@@ -131,9 +132,9 @@ def run_learner(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
                              "actor_restarts": sl.restarts()})
 
 
-def run_actor(ctx: RankContext, spec: EnvSpec) -> None:
+def run_actor(ctx: RankContext[SeedConfig], spec: EnvSpec) -> None:
     """An actor: step the envs with the actions the learner answers, nothing else."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t = ctx.cfg, ctx.net
     req_s, rep_s, digests = _schemas(spec, cfg)
     with harness.leaf(ctx, digests) as link:
         client = PolicyClient(t, 0, req_s, rep_s, harness.TAG_INFER_REQUEST,

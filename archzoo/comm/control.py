@@ -1,14 +1,17 @@
 """A small JSON-in-uint8 control channel: stop, hello, statistics, errors.
 
 Control messages are rare and tiny; they travel as UTF-8 JSON in a fixed-capacity
-byte field with a length, so the receiver's buffer size is known in advance.
+byte field with a length, so the receiver's buffer size is known in advance. A channel is
+typed by the messages it carries (``ControlChannel[M]``: the run's are
+archzoo/harness/control_messages.py's); a received message is taken to be one of them,
+as the peers run the same program.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 
@@ -18,6 +21,7 @@ from archzoo.comm.inbox import Inbox
 from archzoo.messages import Message, Schema
 
 CONTROL_CAPACITY = 8192
+M = TypeVar("M", bound=Mapping[str, object])  # the messages a channel carries
 
 
 def control_schema(capacity: int = CONTROL_CAPACITY) -> Schema:
@@ -32,7 +36,7 @@ def _settled(req: Request) -> bool:
         return True
 
 
-class ControlChannel:
+class ControlChannel(Generic[M]):
     """JSON messages to and from a set of peers on one tag."""
 
     def __init__(self, transport: Transport, peers: Iterable[int], tag: int,
@@ -45,7 +49,7 @@ class ControlChannel:
         self._sending: list[tuple[Message, Request]] = []
         self._failed: PeerFailure | None = None  # met after messages poll() returned
 
-    def send(self, dst: int, obj: dict[str, Any]) -> Request:
+    def send(self, dst: int, obj: M) -> Request:
         """Queue ``obj`` for ``dst`` without waiting; the buffer lives until the send completes."""
         data = json.dumps(obj, separators=(",", ":")).encode()
         if len(data) > self.capacity:
@@ -72,12 +76,14 @@ class ControlChannel:
             self.transport.wait(req, timeout_s)
         self._sending.clear()
 
-    @staticmethod
-    def _decode(msg: Message) -> dict[str, Any]:
+    def _decode(self, msg: Message) -> M:
         n = int(msg["length"])
-        return json.loads(bytes(msg["payload"][:n]).decode())
+        obj = json.loads(bytes(msg["payload"][:n]).decode())
+        if not isinstance(obj, dict):
+            raise ValueError(f"a control message is a JSON object, got {type(obj).__name__}")
+        return cast(M, obj)
 
-    def poll(self) -> list[tuple[int, dict[str, Any]]]:
+    def poll(self) -> list[tuple[int, M]]:
         """Every control message that has arrived, without waiting. A peer that left right
         after its last message (a root's FINAL when no barrier follows) fails its next
         receive: the messages taken before are returned, and the failure, which stays with
@@ -85,7 +91,7 @@ class ControlChannel:
         if self._failed is not None:
             failed, self._failed = self._failed, None
             raise failed
-        out: list[tuple[int, dict[str, Any]]] = []
+        out: list[tuple[int, M]] = []
         try:
             for p in self.inbox.ready():
                 while (msg := self.inbox.poll(p)) is not None:
@@ -97,7 +103,7 @@ class ControlChannel:
             self._failed = e
         return out
 
-    def recv_from(self, peer: int, timeout_s: float | None = None) -> dict[str, Any]:
+    def recv_from(self, peer: int, timeout_s: float | None = None) -> M:
         msg = self.inbox.recv_from(peer, timeout_s)
         obj = self._decode(msg)
         self.inbox.release(peer)

@@ -16,25 +16,39 @@ after learning keeps what it learnt and can be resumed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from archzoo import checkpoint, envvars
 from archzoo.comm import Transport
+from archzoo.config import RunConfig, filled
 from archzoo.harness import placement
 from archzoo.harness.protocol import RankContext
-from archzoo.records import ByeStats, RunSummary
+from archzoo.records import ByeStats, ByteTotals, JSONObject, PolicyMeta, RunSummary, Summary
 from archzoo.runlog import Monitor, RunDir
 from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from archzoo.video import Recorder
+
+# the policy that policy.pt saves: the model (or a function that returns it up to date)
+# and its metadata
+Policy = tuple["nn.Module | Callable[[], nn.Module]", PolicyMeta]
+Times = dict[str, dict[str, float]]  # summary.json's time_breakdown_s: part -> name -> s
 
 
 class Stateful(Protocol):
     """A part of a run that a checkpoint keeps (a learner, a replay memory, ...); one with
-    a true ``optional`` attribute may be missing from a checkpoint it resumes from."""
+    a true ``optional`` attribute may be missing from a checkpoint it resumes from. Its
+    state is what torch.save pickles: tensors, arrays, numbers, nested dicts (Any: each
+    part reads its own back)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
 
 
 @dataclass
@@ -44,22 +58,21 @@ class OpenRun:
     metadata), the checkpointer of its parts and the video recorder (None without
     ``--record-video``)."""
 
-    ctx: RankContext
+    ctx: RankContext[RunConfig]
     run_dir: RunDir
     mon: Monitor
-    policy: tuple[Any, dict[str, Any]] | None
+    policy: Policy | None
     checkpointer: checkpoint.Checkpointer | None = None
-    videos: Any = None  # archzoo.video.Recorder
+    videos: Recorder | None = None
 
-    def attach(self, parts: dict[str, Stateful],
-               policy: tuple[Any, dict[str, Any]] | None = None) -> None:
+    def attach(self, parts: dict[str, Stateful], policy: Policy | None = None) -> None:
         """Checkpoint ``parts`` with the Monitor's counters from now on (for parts built
         after :func:`open_run`, such as a learner that reports into the Monitor); with
         ``--resume`` first load them from the latest checkpoint. ``policy``: as
         :func:`open_run`'s."""
         cfg, mon = self.ctx.cfg, self.mon
         self.checkpointer = checkpoint.Checkpointer(
-            cfg.run_dir, cfg.checkpoint_interval, cfg.keep_checkpoints,
+            filled(cfg.run_dir, "--run-dir"), cfg.checkpoint_interval, cfg.keep_checkpoints,
             state=lambda: run_state(cfg, mon, parts), step=lambda: mon.env_steps)
         if cfg.resume is not None:
             mon.resumed_from = resume(cfg.resume, cfg.arch, mon, parts)
@@ -74,12 +87,14 @@ class OpenRun:
         if self.videos is not None:
             self.videos.maybe_record(self.mon.env_steps)
 
-    def current_policy(self) -> tuple[Any, dict[str, Any]] | None:
+    def current_policy(self) -> tuple[nn.Module, PolicyMeta] | None:
         """The policy as it is now (model, metadata), or None if the run registered none."""
         if self.policy is None:
             return None
         model, meta = self.policy
-        return (model() if callable(model) and not hasattr(model, "state_dict") else model), meta
+        if hasattr(model, "state_dict"):  # a module (which is callable too)
+            return cast("nn.Module", model), meta
+        return model(), meta
 
 
 _OPEN: list[OpenRun] = []  # this process's run in progress (the deciding rank's)
@@ -92,9 +107,9 @@ def byte_totals(t: Transport | None) -> tuple[int, int]:
     return c["bytes_sent"], c["bytes_recv"]
 
 
-def open_run(ctx: RankContext, eval_window: int | None = None, *,
+def open_run(ctx: RankContext[RunConfig], eval_window: int | None = None, *,
              parts: dict[str, Stateful] | None = None,
-             policy: tuple[Any, dict[str, Any]] | None = None) -> OpenRun:
+             policy: Policy | None = None) -> OpenRun:
     """The run directory (config.json, metrics.csv) and the Monitor of the deciding rank.
 
     ``parts``: what a checkpoint keeps besides the Monitor (with ``--resume`` they are
@@ -103,7 +118,7 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
     if the run fails. The roles' contexts open it (:func:`archzoo.harness.root`,
     :func:`archzoo.harness.single`)."""
     cfg = ctx.cfg
-    run_dir = RunDir(cfg.run_dir, cfg.as_dict(), resume=cfg.resume is not None)
+    run_dir = RunDir(filled(cfg.run_dir, "--run-dir"), cfg.as_dict(), resume=cfg.resume is not None)
     backend = ctx.transport.backend if ctx.transport else "-"
     mon = Monitor(run_dir, cfg.target_return, cfg.total_steps, cfg.time_limit,
                   cfg.log_interval, f"{cfg.arch}/{backend}", quiet=cfg.quiet,
@@ -122,7 +137,7 @@ def open_run(ctx: RankContext, eval_window: int | None = None, *,
     return run
 
 
-def run_state(cfg: Any, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
+def run_state(cfg: RunConfig, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
     """A checkpoint's contents (see :mod:`archzoo.checkpoint`)."""
     return {"arch": cfg.arch, "env": cfg.env, "saved_at": time.time(),
             "monitor": mon.state_dict(),
@@ -130,7 +145,7 @@ def run_state(cfg: Any, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, A
             "parts": {name: p.state_dict() for name, p in parts.items()}}
 
 
-def resume(run_dir: str, arch: str, mon: Monitor, parts: dict[str, Stateful]) -> dict[str, Any]:
+def resume(run_dir: str, arch: str, mon: Monitor, parts: dict[str, Stateful]) -> JSONObject:
     """Load the latest checkpoint of ``run_dir`` into the Monitor, the RNGs and ``parts``;
     returns what summary.json records as ``resumed_from``."""
     path = checkpoint.latest(run_dir)
@@ -153,7 +168,7 @@ def resume(run_dir: str, arch: str, mon: Monitor, parts: dict[str, Stateful]) ->
             "elapsed_s": state["monitor"]["elapsed_s"]}
 
 
-def _checkpoint_summary(run: OpenRun) -> dict[str, Any]:
+def _checkpoint_summary(run: OpenRun) -> JSONObject:
     c = run.checkpointer
     if c is None:
         return {}
@@ -195,12 +210,20 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     return wrote
 
 
-def leaf_reports(byes: dict[int, ByeStats], role: Any = "actor") -> dict[str, Any]:
+class LeafReports(TypedDict):
+    """What the leaves' BYEs give summary.json (:func:`leaf_reports`)."""
+    time_breakdown_s: Times
+    per_rank_bytes: dict[str, ByteTotals]
+    params_by_rank: dict[str, dict[str, int | float]]
+
+
+def leaf_reports(byes: dict[int, ByeStats],
+                 role: str | Callable[[int], str] = "actor") -> LeafReports:
     """summary.json's per-role time breakdown and per-rank bytes from the leaves' BYEs;
     ``role`` is a name or a function of the rank."""
     name = role if callable(role) else (lambda r: role)
     return {"time_breakdown_s": {f"{name(r)}{r}": b.get("timing", {}) for r, b in byes.items()},
-            "per_rank_bytes": {str(r): b.get("bytes", {}) for r, b in byes.items()},
+            "per_rank_bytes": {str(r): b["bytes"] for r, b in byes.items()},
             "params_by_rank": {str(r): b["params"] for r, b in byes.items() if "params" in b}}
 
 
@@ -212,19 +235,23 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
-                topology_applied: str, device: Any, updates: int, timers: dict[str, Any],
-                extra: dict[str, Any]) -> RunSummary:
+def run_summary(ctx: RankContext[RunConfig], mon: Monitor, stop: str | None, topology: str,
+                topology_applied: str, device: object, updates: int, timers: Times,
+                extra: JSONObject, per_rank_bytes: dict[str, ByteTotals] | None = None
+                ) -> Summary:
     """The fields of summary.json every architecture writes (:class:`RunSummary`), and
-    ``extra``."""
+    ``extra``; ``per_rank_bytes``: every rank's traffic, as ``extra`` holds it (None: this
+    rank's is all)."""
     cfg, t = ctx.cfg, ctx.transport
-    totals = t.counters.totals() if t else {"bytes_sent": 0, "bytes_recv": 0}
+    totals = t.counters.totals() if t else ByteTotals(msgs_sent=0, bytes_sent=0, msgs_recv=0,
+                                                      bytes_recv=0)
     elapsed = mon.elapsed()
-    return {
+    every_rank = per_rank_bytes or {"0": totals}
+    common: RunSummary = {
         "arch": cfg.arch, "env": cfg.env, "backend": t.backend if t else "none",
         "launcher": ctx.launch.launcher, "topology": topology,
         "topology_applied": topology_applied, "mode": cfg.mode,
-        "world_size": ctx.world_size, "actors": cfg.actors,
+        "world_size": ctx.world_size, "actors": filled(cfg.actors, "--actors"),
         "envs_per_actor": cfg.envs_per_actor, "device": str(device), "seed": cfg.seed,
         "solved": mon.time_to_target_s is not None, "stop_reason": stop,
         "target_return": cfg.target_return,
@@ -240,20 +267,20 @@ def run_summary(ctx: RankContext, mon: Monitor, stop: str | None, topology: str,
         "learner_stats": mon.learner_means(),
         "bytes_sent": totals["bytes_sent"], "bytes_recv": totals["bytes_recv"],
         "bytes_sent_per_env_step": sum(  # every rank's sends, per env step of the run
-            b.get("bytes_sent", 0) for b in extra.get("per_rank_bytes", {"0": totals}).values()
-        ) / max(1, mon.env_steps),
+            b["bytes_sent"] for b in every_rank.values()) / max(1, mon.env_steps),
         "time_breakdown_s": timers,
         "hosts_by_rank": placement.hosts_by_rank() if t else {},
         "torch_threads": torch_threads(),
-        **extra,
     }
+    return {**common, **extra}
 
 
-def finish_run(run: OpenRun, stop: str | None, *, policy: Any, meta: dict[str, Any],
-               updates: int, device: Any = "cpu", topology: str | None = None,
-               applied: str = "", timers: dict[str, Any] | None = None,
-               byes: dict[int, ByeStats] | None = None, role: Any = "actor",
-               extra: dict[str, Any] | None = None) -> RunSummary:
+def finish_run(run: OpenRun, stop: str | None, *, policy: nn.Module, meta: PolicyMeta | None,
+               updates: int, device: object = "cpu", topology: str | None = None,
+               applied: str = "", timers: Times | None = None,
+               byes: dict[int, ByeStats] | None = None,
+               role: str | Callable[[int], str] = "actor",
+               extra: JSONObject | None = None) -> Summary:
     """The last metrics row, summary.json and policy.pt of ``run``; returns the summary.
 
     ``timers`` is the deciding rank's own time breakdown; the leaves' come from ``byes``
@@ -267,19 +294,21 @@ def finish_run(run: OpenRun, stop: str | None, *, policy: Any, meta: dict[str, A
     mon.close()
     if run.checkpointer is not None:
         run.checkpointer.save()  # the last one: a later --resume goes on from here
-    breakdown, per_rank = dict(timers or {}), {}
+    breakdown: Times = dict(timers or {})
+    per_rank: dict[str, ByteTotals] | None = None
+    traffic: JSONObject = {}
     if t is not None:
         reports = leaf_reports(byes or {}, role)
         breakdown.update(reports["time_breakdown_s"])
-        per_rank = {"per_rank_bytes": {"0": t.counters.totals(),
-                                       **reports["per_rank_bytes"]}}
+        per_rank = {"0": t.counters.totals(), **reports["per_rank_bytes"]}
+        traffic = {"per_rank_bytes": per_rank}
         if reports["params_by_rank"]:  # what each actor loaded (and relayed)
-            per_rank["params_by_rank"] = reports["params_by_rank"]
+            traffic["params_by_rank"] = reports["params_by_rank"]
     if t is None:
         topology, applied = "none", "single process, no transport"
     summary = run_summary(ctx, mon, stop, topology or ctx.cfg.topology or "star", applied,
                           device, updates, breakdown,
-                          {**(extra or {}), **per_rank, **_checkpoint_summary(run)})
+                          {**(extra or {}), **traffic, **_checkpoint_summary(run)}, per_rank)
     run_dir.save_policy(policy, meta)
     run_dir.write_summary(summary)
     _OPEN.clear()  # the run is finished: a stop signal from now on rewrites nothing

@@ -10,27 +10,27 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 import archzoo
+from archzoo.records import Place
 from archzoo.simhosts import netns_name
 
-_SEEN: dict[int, dict[str, Any]] = {}  # rank -> where it runs (filled on the root)
+_SEEN: dict[int, Place] = {}  # rank -> where it runs (filled on the root)
 
 
-def here() -> dict[str, Any]:
+def here() -> Place:
     """This process: host name, network namespace (None: the machine's own), pid, the
     archzoo version."""
     return {"host": socket.gethostname(), "netns": netns_name(), "pid": os.getpid(),
             "archzoo": archzoo.__version__}
 
 
-def describe(place: dict[str, Any]) -> str:
+def describe(place: Place) -> str:
     ns = place.get("netns")
     return f"{place.get('host', '?')}" + (f" (netns {ns})" if ns else "")
 
 
-def record(rank: int, place: dict[str, Any] | None) -> str | None:
+def record(rank: int, place: Place | None) -> str | None:
     """Keep where ``rank`` runs; a problem (a different archzoo version) or None."""
     if not place:
         return None
@@ -43,7 +43,7 @@ def record(rank: int, place: dict[str, Any] | None) -> str | None:
     return None
 
 
-def hosts_by_rank(root: int = 0) -> dict[str, dict[str, Any]]:
+def hosts_by_rank(root: int = 0) -> dict[str, Place]:
     """The root's own place and every place recorded, by rank (as strings, for JSON)."""
     out = {str(root): here()}
     out.update({str(r): p for r, p in sorted(_SEEN.items())})

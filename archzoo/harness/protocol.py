@@ -22,26 +22,49 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from archzoo.comm import ControlChannel, PeerTimeout, SchemaMismatch, Transport
 from archzoo.comm.factory import Launch
 from archzoo.config import RunConfig
 from archzoo.harness import placement
+from archzoo.harness.control_messages import Bye, ControlMessage, Final, Hello, Stop
+from archzoo.records import ByeStats
+
+if TYPE_CHECKING:
+    from archzoo.envs import EnvSpec
+    from archzoo.harness.survivors import Survivors
+
+Control = ControlChannel[ControlMessage]  # the run's control channel
+# a role's config: RankContext[ImpalaConfig] for IMPALA's roles (covariant: such a context
+# is a RankContext[RunConfig] too, what the harness takes)
+C = TypeVar("C", bound=RunConfig, covariant=True)
+Cfg = TypeVar("Cfg", bound=RunConfig)  # the same, in a function's signature
+S = TypeVar("S")  # what a role returns (the deciding rank's summary)
 
 
 class StopRequested(Exception):  # noqa: N818 - a signal, not an error
     """Raised inside a leaf's wait when the root's STOP arrives."""
 
 
-@dataclass
-class RankContext:
-    """One process's place in the run."""
+@dataclass(frozen=True)
+class RankContext(Generic[C]):
+    """One process's place in the run: its config (of its architecture's config class),
+    the launch, the transport (None in a one-process run, ``--actors 0``)."""
 
-    cfg: RunConfig
+    cfg: C
     launch: Launch
     transport: Transport | None
     t_launch: float = field(default_factory=time.time)
+
+    @property
+    def net(self) -> Transport:
+        """The transport, for a rank of a run over several processes (which has one)."""
+        if self.transport is None:
+            raise RuntimeError(f"rank {self.rank} has no transport: a one-process run "
+                               "(--actors 0) has no peers to talk to")
+        return self.transport
 
     @property
     def rank(self) -> int:
@@ -52,14 +75,14 @@ class RankContext:
         return self.launch.world_size
 
 
-def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict[str, str],
-                   timeout_s: float) -> dict[int, dict[str, Any]]:
+def handshake_root(control: Control, leaves: Iterable[int], digests: dict[str, str],
+                   timeout_s: float) -> dict[int, Hello]:
     """Collect every leaf's HELLO, check the archzoo version and the schema digests, answer
     WELCOME (or ABORT and raise). Where each leaf runs is kept for summary.json.
 
     ``timeout_s`` is one deadline for every HELLO (the leaves start together), not one per
     leaf: a leaf that never answers is named ``timeout_s`` after the wait began."""
-    hellos: dict[int, dict[str, Any]] = {}
+    hellos: dict[int, Hello] = {}
     problems = []
     clock = control.transport
     end = clock.now() + timeout_s
@@ -68,8 +91,8 @@ def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict
             msg = control.recv_from(leaf, max(0.0, end - clock.now()))
         except PeerTimeout as e:  # named with the whole wait, not what was left of it
             raise PeerTimeout(e.rank, e.peer, e.what, timeout_s) from None
-        if msg.get("type") != "hello":
-            raise SchemaMismatch(f"rank {leaf} sent {msg.get('type')!r} instead of hello")
+        if msg["type"] != "hello":
+            raise SchemaMismatch(f"rank {leaf} sent {msg['type']!r} instead of hello")
         hellos[leaf] = msg
         version_problem = placement.record(leaf, msg.get("place"))
         if version_problem:
@@ -87,19 +110,22 @@ def handshake_root(control: ControlChannel, leaves: Iterable[int], digests: dict
     return hellos
 
 
-def handshake_leaf(control: ControlChannel, root: int, digests: dict[str, str],
-                   timeout_s: float, extra: dict[str, Any] | None = None) -> None:
-    control.send(root, {"type": "hello", "digests": digests, "place": placement.here(),
-                        **(extra or {})})
+def handshake_leaf(control: Control, root: int, digests: dict[str, str],
+                   timeout_s: float) -> None:
+    """HELLO with this rank's schema digests and place to ``root``; its WELCOME, or its
+    ABORT's reason raised."""
+    control.send(root, {"type": "hello", "digests": digests, "place": placement.here()})
     reply = control.recv_from(root, timeout_s)
-    if reply.get("type") != "welcome":
-        raise SchemaMismatch(reply.get("reason", f"rank {root} refused: {reply}"))
+    if reply["type"] == "abort":
+        raise SchemaMismatch(reply["reason"])
+    if reply["type"] != "welcome":
+        raise SchemaMismatch(f"rank {root} refused: {reply}")
 
 
 class LeafControl:
     """A leaf's view of the control channel: notices STOP and FINAL from the root."""
 
-    def __init__(self, control: ControlChannel, root: int) -> None:
+    def __init__(self, control: Control, root: int) -> None:
         self.control, self.root = control, root
         self.stopped = False
         self.final = False
@@ -107,10 +133,9 @@ class LeafControl:
 
     def poll(self) -> None:
         for _, msg in self.control.poll():
-            kind = msg.get("type")
-            if kind == "stop":
+            if msg["type"] == "stop":
                 self.stopped = True
-            elif kind == "final":
+            elif msg["type"] == "final":
                 self.final = True
                 self.barrier = msg.get("barrier", True)
 
@@ -120,13 +145,14 @@ class LeafControl:
             raise StopRequested
 
 
-def finish_leaf(ctx: RankContext, control: ControlChannel, lc: LeafControl, root: int,
-                stats: dict[str, Any], drain: Callable[[], None],
-                settle: Callable[[], None] | None = None) -> None:
+def finish_leaf(ctx: RankContext[RunConfig], control: Control, lc: LeafControl, root: int,
+                stats: ByeStats, drain: Callable[[], object],
+                settle: Callable[[], object] | None = None) -> None:
     """Leaf side of stop: BYE with stats, keep draining until FINAL, ``settle`` (a relay
     passes the last parameters on: :meth:`ParamsSubscriber.settle`), the final barrier."""
-    t = ctx.transport
-    control.send(root, {"type": "bye", "stats": stats})
+    t = ctx.net
+    bye: Bye = {"type": "bye", "stats": stats}
+    control.send(root, bye)
     deadline = time.time() + t.timeout_s
     while not lc.final:
         drain()
@@ -141,15 +167,16 @@ def finish_leaf(ctx: RankContext, control: ControlChannel, lc: LeafControl, root
         t.barrier()
 
 
-def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
-                drain: Callable[[], None], outstanding: Callable[[], None],
-                survivors: Any = None) -> dict[int, Any]:
+def finish_root(ctx: RankContext[RunConfig], control: Control, leaves: list[int],
+                drain: Callable[[], object], outstanding: Callable[[], object],
+                survivors: Survivors | None = None) -> dict[int, ByeStats]:
     """Root side of stop: STOP to all, drain until every BYE, FINAL, final barrier.
 
     ``survivors`` (:class:`~archzoo.harness.survivors.Survivors`): actors that die during
     the stop are dropped, and with any actor dead the barrier is skipped."""
-    t = ctx.transport
-    def guarded(step: Callable[[], Any], during: str) -> bool:
+    t = ctx.net
+
+    def guarded(step: Callable[[], object], during: str) -> bool:
         """Run ``step``; False if an actor died in it (``survivors`` dropped it, and its
         callbacks took it out of the control channel)."""
         if survivors is None:
@@ -160,16 +187,17 @@ def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
     def alive() -> list[int]:
         return [r for r in leaves if survivors is None or r not in survivors.dead]
 
+    stop: Stop = {"type": "stop"}
     for leaf in alive():
-        guarded(lambda leaf=leaf: control.send(leaf, {"type": "stop"}), "the stop")
-    byes: dict[int, Any] = {}
+        guarded(partial(control.send, leaf, stop), "the stop")
+    byes: dict[int, ByeStats] = {}
     deadline = time.time() + t.timeout_s
     while len(byes) < len(alive()):
         def step() -> None:
             drain()
             for peer, msg in control.poll():
-                if msg.get("type") == "bye":
-                    byes[peer] = msg.get("stats", {})
+                if msg["type"] == "bye":
+                    byes[peer] = msg["stats"]
         guarded(step, "the stop's drain")
         if time.time() > deadline:
             missing = ",".join(str(r) for r in alive() if r not in byes)
@@ -178,9 +206,9 @@ def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
     while not guarded(outstanding, "the stop's last sends"):
         pass
     barrier = survivors is None or not survivors.dead
+    final: Final = {"type": "final", "barrier": barrier}
     for leaf in alive():
-        guarded(lambda leaf=leaf: control.send(leaf, {"type": "final", "barrier": barrier}),
-                "the stop")
+        guarded(partial(control.send, leaf, final), "the stop")
     while not guarded(control.flush, "the stop"):
         pass
     if barrier:
@@ -188,8 +216,9 @@ def finish_root(ctx: RankContext, control: ControlChannel, leaves: list[int],
     return {r: b for r, b in byes.items() if r in alive()}
 
 
-def play_star_roles(ctx: RankContext, single: Callable, root: Callable,
-                    leaf: Callable) -> dict[str, Any] | None:
+def play_star_roles(ctx: RankContext[Cfg], single: Callable[[RankContext[Cfg], EnvSpec], S],
+                    root: Callable[[RankContext[Cfg], EnvSpec], S],
+                    leaf: Callable[[RankContext[Cfg], EnvSpec], object]) -> S | None:
     """The star role map: ``single`` when alone, else ``root`` on rank 0 and ``leaf`` on
     the others; each gets the env's spec. Returns the root's summary."""
     from archzoo.builders import env_spec

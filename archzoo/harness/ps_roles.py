@@ -19,6 +19,7 @@ import numpy as np
 
 from archzoo.checkpoint import OwnCheckpoint
 from archzoo.comm import Message
+from archzoo.config import RunConfig
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import RootRun, leaf, root
 from archzoo.nets import get_flat, num_params, set_flat
@@ -48,17 +49,17 @@ class ShardRun:
         return self.run.finish(model, self.shard.version, meta=meta, extra=extra, **kw)
 
 
-def param_shard(ctx: RankContext, model: Any, shards: list[int], workers: list[int],
+def param_shard(ctx: RankContext[RunConfig], model: Any, shards: list[int], workers: list[int],
                 optimizer: Any, **kw: Any) -> ParamShard:
     """This rank's slice of ``model``'s parameters (every shard builds the same model),
     served to ``workers`` with ``optimizer``; ``kw``: as :class:`ParamShard`'s."""
     flat = np.zeros(num_params(model), np.float32)
     get_flat(model, flat)
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
-    return ParamShard(ctx.transport, flat[lo:hi], workers, optimizer, PS_TAGS, **kw)
+    return ParamShard(ctx.net, flat[lo:hi], workers, optimizer, PS_TAGS, **kw)
 
 
-def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], model: Any,
+def run_shards(ctx: RankContext[RunConfig], shard: ParamShard, digests: dict[str, str], model: Any,
                meta: dict[str, Any], shards: list[int], actors: list[int],
                eval_window: int | None = None, publisher: Any = None,
                publish_every: int = 1, lag_from: str = "gradients") -> ShardRun | None:
@@ -85,7 +86,7 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
         _serve_slice(ctx, shard, digests)
         return None
     n_params = num_params(model)
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t = ctx.cfg, ctx.net
     bounds = shard_bounds(n_params, len(shards))
     slices = {r: params_schema(hi - lo).new()
               for r, (lo, hi) in zip(shards, bounds, strict=True) if r != 0}
@@ -126,12 +127,12 @@ def run_shards(ctx: RankContext, shard: ParamShard, digests: dict[str, str], mod
     return ShardRun(run, final, shard, shards)
 
 
-def _serve_slice(ctx: RankContext, shard: ParamShard, digests: dict[str, str]) -> None:
+def _serve_slice(ctx: RankContext[RunConfig], shard: ParamShard, digests: dict[str, str]) -> None:
     """A shard other than 0: serve until every worker said BYE (they stop on rank 0's STOP;
     the run's own limit plus the stop protocol's deadline bound a silent worker), then send
     shard 0 the slice. Between requests it sends shard 0 an empty report now and then, as
     nothing else it sends reaches shard 0 before the end."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t = ctx.cfg, ctx.net
     with leaf(ctx, digests) as link:
         link.on_stop(stats=lambda: {"ps": shard.stats.as_dict()})
         own = SliceCheckpoint(ctx, shard)
@@ -179,7 +180,7 @@ class SliceCheckpoint:
     apart, as they are while the shards serve); sync: at the stop only, since the shards'
     clocks are apart and periodic saves would mix rounds."""
 
-    def __init__(self, ctx: RankContext, shard: ParamShard) -> None:
+    def __init__(self, ctx: RankContext[RunConfig], shard: ParamShard) -> None:
         cfg = ctx.cfg
         self.shard, self.periodic = shard, cfg.mode == "async"
         self.file = OwnCheckpoint(cfg.run_dir, f"ps-rank{ctx.rank}", "ps-slice",

@@ -15,10 +15,12 @@ from typing import Any
 
 from archzoo import builders
 from archzoo.comm import Inbox
+from archzoo.config import ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import leaf
+from archzoo.records import LeafStats
 from archzoo.replay.keeper import ReplayKeeper
 from archzoo.replay.server import (
     LocalReplayClient,
@@ -30,12 +32,12 @@ from archzoo.replay.server import (
 from archzoo.tags import REPLAY_TAGS, SAMPLE_TAGS, TAG_TRANSITIONS
 
 
-def serve_replay(ctx: RankContext, spec: EnvSpec, digests: dict[str, str], *,
+def serve_replay(ctx: RankContext[ApexConfig], spec: EnvSpec, digests: dict[str, str], *,
                  actors: list[int], learners: int | list[int], capacity: int,
                  learning_starts: int) -> None:
     """A replay rank for ``actors`` and ``learners``: a memory of ``capacity`` items that
     serves samples once it holds ``learning_starts`` (``--checkpoint-replay`` keeps it)."""
-    cfg, t = ctx.cfg, ctx.transport
+    cfg, t = ctx.cfg, ctx.net
     memory = builders.replay_memory(cfg, spec, capacity, actor_seed(cfg.seed, ctx.rank))
     limiter = RateLimiter(learning_starts, cfg.samples_per_insert, min_sample=cfg.batch_size)
     server = ReplayServer(t, memory, builders.replay_items(cfg, spec), actors, learners,
@@ -47,7 +49,7 @@ def serve_replay(ctx: RankContext, spec: EnvSpec, digests: dict[str, str], *,
     def drain() -> None:
         server.drain_inserts(force=True)
 
-    def stats() -> dict[str, Any]:
+    def stats() -> LeafStats:
         return {"timing": {"serve": busy_s},
                 "replay": {"inserted": limiter.inserted, "sampled": limiter.sampled,
                            "size": len(memory), "priority_updates": server.priority_updates,
@@ -71,9 +73,9 @@ class LearnerReplay:
     memory in this process that takes the ``actors``' transitions itself (``client``:
     request, receive, update_priorities, drain, size, inserted)."""
 
-    def __init__(self, ctx: RankContext, spec: EnvSpec, shards: list[int],
+    def __init__(self, ctx: RankContext[ApexConfig], spec: EnvSpec, shards: list[int],
                  actors: list[int]) -> None:
-        cfg, t = ctx.cfg, ctx.transport
+        cfg, t = ctx.cfg, ctx.net
         self.memory = self.inserts = None
         self.limiter = RateLimiter(cfg.learning_starts, cfg.samples_per_insert,
                                    min_sample=cfg.batch_size)

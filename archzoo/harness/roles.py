@@ -30,17 +30,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from archzoo.comm import CommError, ControlChannel
+from archzoo.config import RunConfig
 from archzoo.harness import protocol
-from archzoo.harness.finish import OpenRun, open_run
-from archzoo.harness.protocol import LeafControl, RankContext
+from archzoo.harness.control_messages import ControlMessage
+from archzoo.harness.finish import OpenRun, Policy, Stateful, Times, open_run
+from archzoo.harness.protocol import Control, LeafControl, RankContext
 from archzoo.harness.run import Run
 from archzoo.harness.stats import StatsReporter, absorb_stats
 from archzoo.harness.survivors import Survivors
-from archzoo.records import ByeStats
+from archzoo.records import ByeStats, JSONObject, LeafStats, PolicyMeta, Summary
 from archzoo.tags import TAG_CONTROL
+
+if TYPE_CHECKING:
+    from torch import nn
+
+T = TypeVar("T")
+
+
+class Droppable(Protocol):
+    """A component that forgets a peer whose process died."""
+
+    def drop(self, peer: int) -> object: ...
 
 
 def _nothing() -> None:
@@ -50,13 +63,13 @@ def _nothing() -> None:
 class LeafLink:
     """A leaf's side of the run, what :func:`leaf` yields: its control link to the root."""
 
-    def __init__(self, ctx: RankContext, control: ControlChannel, root: int) -> None:
+    def __init__(self, ctx: RankContext[RunConfig], control: Control, root: int) -> None:
         self.ctx, self.control, self.root = ctx, control, root
         self.lc = LeafControl(control, root)
-        self._flush: tuple[Callable[[], Any], ...] = ()
-        self._stats: Callable[[], dict[str, Any]] = dict
-        self._drain: Callable[[], Any] = _nothing
-        self._settle: Callable[[], Any] | None = None
+        self._flush: tuple[Callable[[], object], ...] = ()
+        self._stats: Callable[[], LeafStats] = LeafStats  # none: an empty record
+        self._drain: Callable[[], object] = _nothing
+        self._settle: Callable[[], object] | None = None
 
     @property
     def stopped(self) -> bool:
@@ -74,9 +87,9 @@ class LeafLink:
         """Episode (and update) statistics to the root, every so often."""
         return StatsReporter(self.control, self.root)
 
-    def on_stop(self, *flush: Callable[[], Any], stats: Callable[[], dict[str, Any]] | None = None,
-                drain: Callable[[], Any] | None = None,
-                settle: Callable[[], Any] | None = None) -> None:
+    def on_stop(self, *flush: Callable[[], object], stats: Callable[[], LeafStats] | None = None,
+                drain: Callable[[], object] | None = None,
+                settle: Callable[[], object] | None = None) -> None:
         """What the stop does after the body, in order: each of ``flush`` (complete the sends
         in flight), BYE with ``stats()`` (its ``timing`` gets ``wait``, and ``bytes`` is
         added), ``drain()`` until FINAL, ``settle()`` (a relay passes the last parameters
@@ -87,12 +100,12 @@ class LeafLink:
         self._settle = settle
 
     def _finish(self) -> None:
-        t = self.ctx.transport
+        t = self.ctx.net
         self.lc.poll()
         self.lc.stopped = True
         for flush in self._flush:
             flush()
-        stats: ByeStats = {**self._stats(), "bytes": t.counters.totals()}  # type: ignore
+        stats: ByeStats = {**self._stats(), "bytes": t.counters.totals()}
         if "timing" in stats and "wait" not in stats["timing"]:
             stats["timing"] = {**stats["timing"], "wait": t.wait_s}
         protocol.finish_leaf(self.ctx, self.control, self.lc, self.root, stats, self._drain,
@@ -100,11 +113,12 @@ class LeafLink:
 
 
 @contextmanager
-def leaf(ctx: RankContext, digests: dict[str, str], *, root: int = 0) -> Iterator[LeafLink]:
+def leaf(ctx: RankContext[RunConfig], digests: dict[str, str], *,
+         root: int = 0) -> Iterator[LeafLink]:
     """A leaf role: the handshake with ``root`` (``digests``: this rank's message schemas),
     then the body; when it ends (by :class:`StopRequested` or on its own) the stop protocol
     of :meth:`LeafLink.on_stop`. Any other exception propagates, with no BYE."""
-    control = ControlChannel(ctx.transport, [root], TAG_CONTROL)
+    control = ControlChannel[ControlMessage](ctx.net, [root], TAG_CONTROL)
     protocol.handshake_leaf(control, root, digests, ctx.cfg.startup_timeout)
     link = LeafLink(ctx, control, root)
     try:
@@ -121,24 +135,23 @@ class RootRun(Run):
     to the leaves, the ``survivors`` (None where every actor is needed) and, after the stop,
     the leaves' BYE statistics (``byes``)."""
 
-    def __init__(self, ctx: RankContext, control: ControlChannel, leaves: list[int],
-                 opened: OpenRun, survivors: Survivors | None, meta: Any,
+    def __init__(self, ctx: RankContext[RunConfig], control: Control, leaves: list[int],
+                 opened: OpenRun, survivors: Survivors | None, meta: PolicyMeta | None,
                  keep_stop_error: bool) -> None:
         super().__init__(ctx, opened, meta)
         self.control, self.leaves, self.survivors = control, leaves, survivors
-        self.byes: dict[int, ByeStats] = {}
         self.keep_stop_error = keep_stop_error
         self.stop_error: CommError | None = None
-        self._drain: Callable[[], Any] = _nothing
-        self._outstanding: Callable[[], Any] = _nothing
+        self._drain: Callable[[], object] = _nothing
+        self._outstanding: Callable[[], object] = _nothing
 
-    def survive(self, *components: Any) -> None:
+    def survive(self, *components: Droppable | None) -> None:
         """A dead actor is dropped from each of ``components`` too (their ``drop``)."""
         for c in components:
             if c is not None and self.survivors is not None:
                 self.survivors.on_drop(c.drop)
 
-    def guard(self, step: Callable[[], Any], during: str) -> Any:
+    def guard(self, step: Callable[[], T], during: str) -> T | None:
         """``step()``; with survivors, an actor that dies in it is dropped (None)."""
         if self.survivors is None:
             return step()
@@ -156,23 +169,26 @@ class RootRun(Run):
               age: Callable[[int], float | None] | None = None, lag: bool = True) -> str:
         """Rank 0 as a server (a parameter-server shard) that keeps the learning curve:
         ``serve()`` (True if it did something), absorb, tick, until the run stops."""
-        t = self.ctx.transport
+        t = self.ctx.net
         while not self.stopped:
             if not serve():
                 t.idle(2e-4)
             self.absorb(version(), age, lag)
             self.tick(version())
+        assert self.stop is not None, "the serve loop ends when the run stops"
         return self.stop
 
-    def on_stop(self, drain: Callable[[], Any] | None = None,
-                outstanding: Callable[[], Any] | None = None) -> None:
+    def on_stop(self, drain: Callable[[], object] | None = None,
+                outstanding: Callable[[], object] | None = None) -> None:
         """What the stop protocol does while it waits for the BYEs (``drain``: take and
         drop what is in flight) and before FINAL (``outstanding``: complete own sends)."""
         self._drain = drain or self._drain
         self._outstanding = outstanding or self._outstanding
 
-    def finish(self, policy: Any, updates: int, *, meta: Any = None,
-               extra: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    def finish(self, policy: nn.Module, updates: int, *, meta: PolicyMeta | None = None,
+               extra: JSONObject | None = None, device: object = "cpu",
+               topology: str | None = None, applied: str = "", timers: Times | None = None,
+               role: str | Callable[[int], str] = "actor") -> Summary:
         """After the ``with``: :meth:`Run.finish <archzoo.harness.run.Run.finish>` with the
         leaves' BYE statistics and the survivors' counts in ``extra``. Returns the summary;
         with ``keep_stop_error``, a stop protocol that failed is raised here, once
@@ -182,7 +198,8 @@ class RootRun(Run):
             extra.update(self.survivors.summary())
         if self.keep_stop_error:
             extra["stop_error"] = None if self.stop_error is None else str(self.stop_error)
-        summary = super().finish(policy, updates, meta=meta, byes=self.byes, extra=extra, **kw)
+        summary = super().finish(policy, updates, meta=meta, extra=extra, device=device,
+                                 topology=topology, applied=applied, timers=timers, role=role)
         if self.stop_error is not None:
             raise self.stop_error
         return summary
@@ -202,9 +219,9 @@ class RootRun(Run):
 
 
 @contextmanager
-def root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
+def root(ctx: RankContext[RunConfig], leaves: list[int], digests: dict[str, str], *,
          actors: list[int] | None = None, eval_window: int | None = None,
-         parts: dict[str, Any] | None = None, policy: tuple[Any, Any] | None = None,
+         parts: dict[str, Stateful] | None = None, policy: Policy | None = None,
          keep_stop_error: bool = False) -> Iterator[RootRun]:
     """The deciding rank: the handshake with ``leaves``, the run directory and Monitor
     (``eval_window``, ``parts``, ``policy``: as :func:`open_run`'s), then the body; when it
@@ -219,15 +236,15 @@ def root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
     run.stop_and_drain()
 
 
-def open_root(ctx: RankContext, leaves: list[int], digests: dict[str, str], *,
+def open_root(ctx: RankContext[RunConfig], leaves: list[int], digests: dict[str, str], *,
               actors: list[int] | None = None, eval_window: int | None = None,
-              parts: dict[str, Any] | None = None, policy: tuple[Any, Any] | None = None,
+              parts: dict[str, Stateful] | None = None, policy: Policy | None = None,
               keep_stop_error: bool = False) -> RootRun:
     """:func:`root` up to its body (for a context of its own that is a root, such as
     :class:`~archzoo.harness.unroll_link.LearnerLink`, which ends with
     :meth:`RootRun.stop_and_drain`)."""
     cfg = ctx.cfg
-    control = ControlChannel(ctx.transport, leaves, TAG_CONTROL)
+    control = ControlChannel[ControlMessage](ctx.net, leaves, TAG_CONTROL)
     protocol.handshake_root(control, leaves, digests, cfg.startup_timeout)
     opened = open_run(ctx, eval_window, parts=parts, policy=policy)
     survivors = None

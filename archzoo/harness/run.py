@@ -21,14 +21,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from archzoo.comm import Message
-from archzoo.harness.finish import OpenRun, Stateful, byte_totals, finish_run, open_run
+from archzoo.config import RunConfig
+from archzoo.harness.finish import (
+    OpenRun,
+    Policy,
+    Stateful,
+    Times,
+    byte_totals,
+    finish_run,
+    open_run,
+)
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.stats import account_unroll
+from archzoo.records import ByeStats, JSONObject, PolicyMeta, Summary
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from archzoo.learners.base import UnrollLearner
 
 
@@ -36,20 +48,22 @@ class Keeper(Protocol):
     """A part that keeps its own file beside the run's checkpoints (a replay memory's,
     replay/keeper.py)."""
 
-    def maybe_save(self) -> Any: ...
+    def maybe_save(self) -> object: ...
 
-    def save(self) -> Any: ...
+    def save(self) -> object: ...
 
 
 class Run:
     """The deciding rank's run: the run directory and Monitor (``run_dir``, ``mon``), the
     stop decision (``stop``), the heartbeat (:meth:`tick`) and the end (:meth:`finish`)."""
 
-    def __init__(self, ctx: RankContext, opened: OpenRun, meta: Any) -> None:
+    def __init__(self, ctx: RankContext[RunConfig], opened: OpenRun,
+                 meta: PolicyMeta | None) -> None:
         self.ctx, self.opened = ctx, opened
         self.run_dir, self.mon = opened.run_dir, opened.mon
         self.meta = meta
         self.stop: str | None = None
+        self.byes: dict[int, ByeStats] = {}  # the leaves' BYE statistics (a root's)
         self._own: list[Keeper] = []
 
     @property
@@ -67,7 +81,7 @@ class Run:
         ends early on it (the next :meth:`tick` decides)."""
         return self.mon.check_stop() is not None
 
-    def attach(self, parts: dict[str, Stateful], policy: tuple[Any, Any]) -> None:
+    def attach(self, parts: dict[str, Stateful], policy: Policy) -> None:
         """Checkpoint ``parts`` built after the run opened (they report into the Monitor);
         ``policy``: (model, meta) for policy.pt if the run fails."""
         self.opened.attach(parts, policy)
@@ -95,22 +109,25 @@ class Run:
         self.log()
         return self.check_stop()
 
-    def finish(self, policy: Any, updates: int, *, meta: Any = None,
-               extra: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    def finish(self, policy: nn.Module, updates: int, *, meta: PolicyMeta | None = None,
+               extra: JSONObject | None = None, device: object = "cpu",
+               topology: str | None = None, applied: str = "", timers: Times | None = None,
+               role: str | Callable[[int], str] = "actor") -> Summary:
         """After the loop: the own checkpoints' last save, the last metrics row,
-        summary.json (``extra``) and policy.pt (``policy``, ``meta`` or the run's); ``kw``:
-        as :func:`~archzoo.harness.finish.finish_run`'s. Returns the summary."""
+        summary.json (``extra``) and policy.pt (``policy``, ``meta`` or the run's); the
+        rest as :func:`~archzoo.harness.finish.finish_run`'s. Returns the summary."""
         for own in self._own:
             own.save()
         return finish_run(self.opened, self.stop, policy=policy,
                           meta=self.meta if meta is None else meta, updates=updates,
-                          extra=extra, **kw)
+                          extra=extra, device=device, topology=topology, applied=applied,
+                          timers=timers, byes=self.byes, role=role)
 
 
 @contextmanager
-def single(ctx: RankContext, *, eval_window: int | None = None,
+def single(ctx: RankContext[RunConfig], *, eval_window: int | None = None,
            parts: dict[str, Stateful] | None = None,
-           policy: tuple[Any, Any] | None = None) -> Iterator[Run]:
+           policy: Policy | None = None) -> Iterator[Run]:
     """``--actors 0``: the run directory and Monitor (``eval_window``, ``parts``,
     ``policy``: as :func:`~archzoo.harness.finish.open_run`'s), then the body; no
     transport, so no handshake and no stop protocol. :func:`archzoo.harness.root` is the

@@ -8,8 +8,6 @@ equal-exploration baseline of a K-actor run).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from archzoo import builders
@@ -22,13 +20,14 @@ from archzoo.harness.protocol import RankContext
 from archzoo.harness.run import single
 from archzoo.learners.dqn import replay_lag_stats
 from archzoo.nets import get_flat, num_params, set_flat
+from archzoo.records import Summary
 from archzoo.replay.keeper import ReplayKeeper
 from archzoo.replay.server import LocalReplayClient, RateLimiter, insert
 
 SINGLE_PROCESS_SPI = 4.0  # with --samples-per-insert 0: a usual DQN replay ratio
 
 
-def run_single_dqn(ctx: RankContext, spec: EnvSpec) -> dict[str, Any]:
+def run_single_dqn(ctx: RankContext[ApexConfig], spec: EnvSpec) -> Summary:
     """Collect a batch, insert it, train while the replay ratio allows, evaluate, repeat."""
     cfg: ApexConfig = ctx.cfg
     learner = builders.dqn_learner(cfg, spec)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from archzoo.comm import ControlChannel, Message
+from archzoo.comm import Message
+from archzoo.harness.control_messages import ControlMessage, Stats
+from archzoo.harness.protocol import Control
 from archzoo.runlog import Monitor, accumulate_learner_stats
 
 REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
@@ -22,32 +23,33 @@ REPORT_INTERVAL_S = 0.25  # how often a leaf reports its episodes
 
 def stats_message(steps: int, returns: Sequence[float], version: int | None,
                   first_step_time: float | None, eval_returns: Sequence[float] = (),
-                  learner: dict[str, list[float]] | None = None) -> dict[str, Any]:
+                  learner: dict[str, list[float]] | None = None) -> Stats:
     """What a leaf tells the root about its episodes (JSON on the control channel):
     ``version`` the parameters it acts with (None: it does not act), ``learner`` its
     updates' statistics since the last report, name -> [sum, count]."""
-    msg = {"type": "stats", "steps": steps, "returns": [float(r) for r in returns],
-           "eval": [float(r) for r in eval_returns], "version": version,
-           "first_step_time": first_step_time}
+    msg: Stats = {"type": "stats", "steps": steps, "returns": [float(r) for r in returns],
+                  "eval": [float(r) for r in eval_returns], "version": version,
+                  "first_step_time": first_step_time}
     if learner:
         msg["learner"] = learner
     return msg
 
 
-def absorb_stats(mon: Monitor, msg: dict[str, Any], version: int,
+def absorb_stats(mon: Monitor, msg: ControlMessage, version: int,
                  age: Callable[[int], float | None] | None = None, lag: bool = True) -> bool:
     """Feed a leaf's stats message into the root's Monitor; False if it was no stats.
 
     The leaf's policy lag is ``version`` (the root's) − the version it acts with, and
     ``age(its version)`` in seconds where given (a :class:`~archzoo.runlog.VersionClock`'s);
     ``lag=False`` where the root measures the policy lag itself (A3C's shards)."""
-    if msg.get("type") != "stats":
+    if msg["type"] != "stats":
         return False
     mon.add_episodes(msg["returns"])
     mon.add_steps(msg["steps"], msg.get("first_step_time"))
     mon.add_eval(msg["eval"])
-    if lag and msg.get("version") is not None:
-        v = int(msg["version"])
+    acted = msg.get("version")
+    if lag and acted is not None:
+        v = int(acted)
         mon.add_lag(version - v, None if age is None else age(v))
     if msg.get("learner"):
         mon.add_learner_sums(msg["learner"])
@@ -69,7 +71,7 @@ class StatsReporter:
     last report, sent to ``root`` at most every :data:`REPORT_INTERVAL_S` (or at once when
     evaluation returns or many episodes are waiting)."""
 
-    def __init__(self, control: ControlChannel, root: int) -> None:
+    def __init__(self, control: Control, root: int) -> None:
         self.control, self.root = control, root
         self.reported_steps = 0
         self.returns: list[float] = []

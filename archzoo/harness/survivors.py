@@ -14,10 +14,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TypeGuard, TypeVar
 
 from archzoo.comm import CommError, PeerFailure
-from archzoo.records import DeadActor
+from archzoo.records import DeadActor, JSONObject
 
 T = TypeVar("T")
 
@@ -39,12 +39,12 @@ class Survivors:
         self.dead: dict[int, DeadActor] = {}
         t0 = time.time()
         self.elapsed = elapsed or (lambda: time.time() - t0)
-        self._forget: list[Callable[[int], None]] = []
+        self._forget: list[Callable[[int], object]] = []
 
-    def on_drop(self, forget: Callable[[int], None]) -> None:
+    def on_drop(self, forget: Callable[[int], object]) -> None:
         self._forget.append(forget)
 
-    def is_actor(self, peer: Any) -> bool:
+    def is_actor(self, peer: object) -> TypeGuard[int]:
         return isinstance(peer, int) and (peer in self.live or peer in self.dead)
 
     def drop(self, error: PeerFailure, during: str) -> None:
@@ -76,7 +76,7 @@ class Survivors:
             self.drop(e, during)
             return None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """summary.json's ``dead_actors``: rank -> when, during what, the error."""
         return {"dead_actors": {str(r): d for r, d in self.dead.items()},
                 "live_actors": len(self.live), "min_actors": self.min_actors}

@@ -11,27 +11,33 @@ go to rank 0. Where its parameters come from is the architecture's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from archzoo import builders
 from archzoo.actors.evaluation import GreedyEvaluator
 from archzoo.actors.transitions import epsilon
 from archzoo.comm import Message
 from archzoo.comm.sender import DoubleBuffer
+from archzoo.config import ApexConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness.finish import actor_seed, evaluator_seed
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import LeafLink
 from archzoo.nets import set_flat
+from archzoo.records import LeafStats
 from archzoo.runlog import Timers
 from archzoo.tags import TAG_TRANSITIONS
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class TransitionLeaf:
     """This rank's ε-greedy :class:`TransitionActor` over ``model`` (``actor``), and from
     :meth:`start` its evaluator and its sends to the replay."""
 
-    def __init__(self, ctx: RankContext, spec: EnvSpec, model: Any, actors: list[int]) -> None:
+    def __init__(self, ctx: RankContext[ApexConfig], spec: EnvSpec, model: nn.Module,
+                 actors: list[int]) -> None:
         cfg = self.cfg = ctx.cfg
         self.ctx, self.spec, self.model = ctx, spec, model
         self.eps = epsilon(actors.index(ctx.rank), len(actors), cfg.eps_base, cfg.eps_alpha)
@@ -52,10 +58,10 @@ class TransitionLeaf:
         self.acted = self.actor.tracker.env_steps  # env steps when the last report came
         self.evaluator = GreedyEvaluator(self.spec, cfg.eval_episodes,
                                          evaluator_seed(cfg.seed, rank))
-        self.out = DoubleBuffer(self.ctx.transport, builders.replay_inserts(cfg, self.spec),
+        self.out = DoubleBuffer(self.ctx.net, builders.replay_inserts(cfg, self.spec),
                                 dest, TAG_TRANSITIONS, builders.insert_name(cfg))
 
-    def step(self, on_poll: Callable[[], Any]) -> None:
+    def step(self, on_poll: Callable[[], object]) -> None:
         """Collect a batch (``on_poll`` while the free buffer is still on the wire), send it."""
         self.actor.collect(self.out.next(on_poll=on_poll), self.cfg.actor_batch)
         with self.timers("comm"):
@@ -71,12 +77,15 @@ class TransitionLeaf:
                                                   acted // self.cfg.envs_per_actor))
         reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
 
-    def stats(self, **more: Any) -> dict[str, Any]:
-        """Its BYE statistics (``more`` added)."""
+    def stats(self, params: dict[str, int | float] | None = None) -> LeafStats:
+        """Its BYE statistics (with ``params``: the parameter versions it loaded)."""
         a = self.actor
-        return {"timing": {"env": a.env_s, "inference": a.inference_s,
-                           "comm": self.timers.s.get("comm", 0.0)},
-                "env_steps": a.tracker.env_steps, "epsilon": self.eps, **more}
+        stats: LeafStats = {"timing": {"env": a.env_s, "inference": a.inference_s,
+                                       "comm": self.timers.s.get("comm", 0.0)},
+                            "env_steps": a.tracker.env_steps, "epsilon": self.eps}
+        if params is not None:
+            stats["params"] = params
+        return stats
 
     def close(self) -> None:
         self.actor.close()

@@ -50,7 +50,7 @@ STREAMS = "unrolls actor->learner point-to-point"
 
 def topology_applied(cfg: ImpalaConfig) -> str:
     """Where the chosen topology is used (summary.json says so)."""
-    how = describe_broadcast(cfg.topology, cfg.fanout, cfg.mode)
+    how = describe_broadcast(cfg.topology_name, cfg.fanout, cfg.mode)
     return f"parameter broadcast learner->actors over {how}; {STREAMS}"
 
 
@@ -83,9 +83,9 @@ class LearnerLink:
     STOP, once the run stopped).
     """
 
-    def __init__(self, ctx: RankContext, spec: EnvSpec, learner: VTraceLearner,
+    def __init__(self, ctx: RankContext[ImpalaConfig], spec: EnvSpec, learner: VTraceLearner,
                  parts: dict[str, Any] | None = None) -> None:
-        cfg, t = ctx.cfg, ctx.transport
+        cfg, t = ctx.cfg, ctx.net
         self.ctx, self.cfg, self.spec, self.learner = ctx, cfg, spec, learner
         self.parts = parts or {}
         self.actors = list(range(1, ctx.world_size))
@@ -99,7 +99,7 @@ class LearnerLink:
         self.inbox = Inbox(t, self.unroll_schema, self.actors, TAG_UNROLL, depth=depth,
                            what="unroll")
         self.published_at: dict[int, float] = {}  # version -> when it was published
-        self.publisher = ParamsBroadcast(t, cfg.topology, cfg.fanout, p_schema, self.actors,
+        self.publisher = ParamsBroadcast(t, cfg.topology_name, cfg.fanout, p_schema, self.actors,
                                          TAG_PARAMS, TAG_TOPOLOGY, cfg.mode)
         self.peers: list[int] = []  # whose unrolls the last batch holds
         self.used = np.zeros(ctx.world_size, np.int64)  # per actor: its unrolls in batches
@@ -126,7 +126,7 @@ class LearnerLink:
 
         run.on_stop(drain, outstanding=lambda: publisher.wait_all(on_poll=drain))
         if self.actions is not None:  # empty unless resumed: the actors catch up first
-            self.actions.send_all(self.ctx.transport, self.actors, TAG_ACTIONS,
+            self.actions.send_all(self.ctx.net, self.actors, TAG_ACTIONS,
                                   self.cfg.startup_timeout)
         return self
 
@@ -169,7 +169,7 @@ class LearnerLink:
         return [m for _, m in batch]
 
     def _gather(self, stopping: Callable[[], bool] | None) -> list[tuple[int, Message]]:
-        t, inbox = self.ctx.transport, self.inbox
+        t, inbox = self.ctx.net, self.inbox
         batch: list[tuple[int, Message]] = []
         taken: dict[int, int] = {}  # actor -> its unrolls in this batch
 
@@ -257,7 +257,7 @@ class LearnerLink:
     def finish(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """After the ``with``: the last metrics row, summary.json (the link's counters, plus
         ``extra``) and policy.pt (the learner's); returns the summary."""
-        run, t, learner = self.run, self.ctx.transport, self.learner
+        run, t, learner = self.run, self.ctx.net, self.learner
         timers = {"learner": {"update": learner.update_s,
                               "comm": self.timers.s.get("comm", 0.0), "wait": t.wait_s}}
         extra = {"topology_rounds": self.publisher.rounds(),
