@@ -106,7 +106,7 @@ class InferenceServer:
         order = [self.live[(self._next + i) % n] for i in range(n)] if n else []
         return [p for p in order if self._poll(p) is not None]
 
-    def gather(self, on_poll: Callable[[], None] | None = None) -> list[int]:
+    def gather(self, on_poll: Callable[[], object] | None = None) -> list[int]:
         """The actors of the next batch ([] if no request is ready in async mode)."""
         if self.mode == "sync":
             for p in list(self.live):
@@ -133,7 +133,7 @@ class InferenceServer:
         return batch
 
     # -- answering -----------------------------------------------------------------
-    def serve(self, on_poll: Callable[[], None] | None = None) -> int:
+    def serve(self, on_poll: Callable[[], object] | None = None) -> int:
         """Form one batch, run one forward pass, answer it; returns its number of requests."""
         batch = self.gather(on_poll)
         if not batch:

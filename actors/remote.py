@@ -44,7 +44,7 @@ class PolicyClient:
 
     def __init__(self, transport: Transport, server: int, req_schema: Schema,
                  rep_schema: Schema, tag_request: int, tag_reply: int, run_id: int,
-                 on_poll: Callable[[], None] | None = None) -> None:
+                 on_poll: Callable[[], object] | None = None) -> None:
         self.t, self.server = transport, server
         self.tag_request, self.tag_reply = tag_request, tag_reply
         self.req, self.rep = req_schema.new(), rep_schema.new()

@@ -19,16 +19,16 @@ same config and launches through the same function, :func:`launch`. Both resolve
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from archzoo import launcher
 from archzoo.architectures import get
-from archzoo.config import RunConfig, flag_fields
+from archzoo.config import RunConfig, filled, flag_fields
 from archzoo.errors import EXIT_USAGE, RunFailed, UsageError
 from archzoo.policy import Policy, load_policy
 from archzoo.resolve import (
@@ -70,7 +70,7 @@ def _config(arch: str, flags: dict[str, Any]) -> RunConfig:
     if flags.get("resume") is not None:
         arch, values = resumed_values(str(flags["resume"]), arch, flags, cls)
         return cls(arch=arch, **values)
-    args = SimpleNamespace(arch=arch, **{k: flags[k] for k in ("config", "env") if k in flags})
+    args = argparse.Namespace(arch=arch, **{k: flags[k] for k in ("config", "env") if k in flags})
     values = preset_values(args, cls)  # as the command line: the env family's preset too
     values.update(flags)
     return cls(arch=arch, **no_preset(values))
@@ -91,13 +91,15 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
         return run_rank(record.load(), resolved, where, T_START), resolved
     child = forward_argv(config_argv(cfg, given), resolved)
     with launcher.stop_signals():  # SIGINT/SIGTERM/SIGHUP stop the ranks
-        code = _start(child, world, resolved.backend)
+        backend = filled(resolved.backend, "--backend")
+        run_dir = filled(resolved.run_dir, "--run-dir")
+        code = _start(child, world, backend)
         for attempt in range(1, resolved.max_restarts + 1):
             if code in (0, EXIT_USAGE, 130) or launcher.stop_requested():
                 break
             from archzoo.checkpoint import latest
 
-            if latest(resolved.run_dir) is None:
+            if latest(run_dir) is None:
                 print(f"archzoo: the run failed (exit code {code}) before its first "
                       "checkpoint: nothing to restart from", file=sys.stderr, flush=True)
                 break
@@ -108,10 +110,11 @@ def launch(cfg: RunConfig, given: set[str], in_process: bool) -> tuple[int, RunC
             end = time.time() + wait
             while time.time() < end and not launcher.stop_requested():
                 time.sleep(0.05)
-            if launcher.stop_requested():
-                code = 128 + launcher.stop_requested()
+            signum = launcher.stop_requested()
+            if signum:
+                code = 128 + signum
                 break
-            code = _start(restart_argv(cfg, given, resolved.run_dir), world, resolved.backend)
+            code = _start(restart_argv(cfg, given, run_dir), world, backend)
     return code, resolved
 
 
@@ -128,7 +131,7 @@ def run(arch: str, **flags: Any) -> dict[str, Any]:
     """Run ``arch`` with the flags as keyword arguments; returns its summary.json as a dict
     (with ``run_dir`` added). Raises UsageError for bad input, RunFailed if a rank failed."""
     code, resolved = launch(_config(arch, flags), set(flags), in_process=False)
-    summary_path = Path(resolved.run_dir) / "summary.json"
+    summary_path = Path(filled(resolved.run_dir, "--run-dir")) / "summary.json"
     if code != 0 or not summary_path.is_file():
         raise RunFailed(f"archzoo run {arch} ended with exit code {code}; its run directory "
                         f"is {resolved.run_dir}", code)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 _ALIGN = 8
 
@@ -38,7 +39,7 @@ class Schema:
     ``ep_count`` beside ``ep_returns[capacity]``).
     """
 
-    def __init__(self, name: str, fields: Iterable[tuple[str, object, tuple[int, ...] | int]]):
+    def __init__(self, name: str, fields: Iterable[tuple[str, DTypeLike, tuple[int, ...] | int]]):
         self.name = name
         self.fields: dict[str, Field] = {}
         self.offsets: dict[str, int] = {}

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -363,7 +364,14 @@ class RecurrentQNetwork(RecurrentCore):
         return dueling(self.value(h).squeeze(-1), self.head(h)), state
 
 
-def cpu_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+class Weights(Protocol):
+    """What policy.pt saves: a model, or anything that gives its ``state_dict()`` (a
+    :class:`Locked` model)."""
+
+    def state_dict(self) -> Mapping[str, torch.Tensor]: ...
+
+
+def cpu_state_dict(model: Weights) -> dict[str, torch.Tensor]:
     """``model.state_dict()`` copied to the CPU: a snapshot that aliases no live tensor."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 

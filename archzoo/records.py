@@ -51,7 +51,7 @@ class LeafStats(TypedDict, total=False):
     timing: dict[str, float]
     env_steps: int
     episodes: int
-    params: dict[str, int | float]
+    params: dict[str, int | float | None]  # None: no parent (the tree's root)
     epsilon: float
     steps: int
     updates: int

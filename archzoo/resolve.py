@@ -34,7 +34,7 @@ from archzoo import envvars, presets
 from archzoo.architectures import actors_for, dir_name, get, world_size
 from archzoo.architectures import names as arch_names
 from archzoo.comm.factory import detect_launch
-from archzoo.config import Rules, RunConfig, flag_fields, flag_name
+from archzoo.config import Rules, RunConfig, filled, flag_fields, flag_name
 from archzoo.errors import UsageError
 from archzoo.extras import require
 from archzoo.model_shapes import MODELS, check_builtin
@@ -264,7 +264,7 @@ def check_checkpoint(run_dir: str, arch: str, env: str | None) -> None:
 
 def check_run_dir(cfg: RunConfig) -> None:
     """A run never writes into another run's directory unless it resumes that run."""
-    d = Path(cfg.run_dir)
+    d = Path(filled(cfg.run_dir, "--run-dir"))
     if d.exists() and not d.is_dir():
         raise UsageError(f"--run-dir {cfg.run_dir}: exists and is not a directory")
     if cfg.resume is None and d.is_dir() and any(d.iterdir()):
@@ -325,8 +325,7 @@ def preset_values(args: argparse.Namespace, cls: type[RunConfig]) -> dict[str, A
         return {}
     if config is not None:
         return load_config_file(config, cls, args.arch)
-    name = family_preset(getattr(args, "env", cls.__dataclass_fields__["env"].default),
-                         args.arch)
+    name = family_preset(getattr(args, "env", cls.env), args.arch)  # cls.env: the default
     if name is None:
         return {}
     values = load_config_file(name, cls, args.arch)
@@ -391,7 +390,8 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
         changes["backend"] = cfg.backend or "gloo"
     if launch.under_launcher:
         expected = actors_for(cfg, launch.world_size)
-        if "actors" in given and world_size(cfg, cfg.actors) != launch.world_size:
+        if "actors" in given and world_size(cfg, filled(cfg.actors, "--actors")) \
+                != launch.world_size:
             raise UsageError(f"--actors {cfg.actors} contradicts the launcher's world size "
                              f"{launch.world_size} (that is --actors {expected})")
         if expected < 1 and launch.world_size > 1:
@@ -406,13 +406,14 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     problem = cfg.problem() or _straggler_rank_problem(cfg)
     if problem:
         raise UsageError(problem)
-    world = launch.world_size if launch.under_launcher else world_size(cfg, cfg.actors)
+    actors = filled(cfg.actors, "--actors")
+    world = launch.world_size if launch.under_launcher else world_size(cfg, actors)
     if cfg.servers_on == "last":
         if launch.launcher not in ("torchrun", "mpiexec"):
             raise UsageError("--servers-on last chooses which node holds the servers: it "
                              "needs torchrun or mpiexec (on one machine there is nothing to "
                              "place)")
-        launch = launch.servers_last(world - cfg.actors)
+        launch = launch.servers_last(world - actors)
     if cfg.backend == "mpi":
         require("mpi", "--backend mpi")
         if not launch.under_launcher and world > 1 and find_mpiexec() is None:
@@ -464,9 +465,9 @@ def forward_argv(argv: list[str], args: RunConfig) -> list[str]:
     """The child command: the user's flags plus what the parent resolved."""
     out = list(argv)
     if "--run-dir" not in argv:
-        out += ["--run-dir", args.run_dir]
+        out += ["--run-dir", filled(args.run_dir, "--run-dir")]
     if "--backend" not in argv:
-        out += ["--backend", args.backend]
+        out += ["--backend", filled(args.backend, "--backend")]
     return out
 
 

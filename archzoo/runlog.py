@@ -26,7 +26,7 @@ from archzoo.progress import Progress, ranks_heard, time_left
 from archzoo.records import Distribution, LagSummary, PolicyMeta
 
 if TYPE_CHECKING:
-    from torch import nn
+    from archzoo.nets import Weights
 
 # What a V-trace learner reports per update (learners/vtrace.py): loss terms, entropy, the
 # importance weights ρ = π/μ (mean, fraction clipped at ρ̄, mean |log π/μ|), gradient norm
@@ -199,7 +199,7 @@ class RunDir:
         if self._wandb is not None:
             self._wandb.summary(summary)
 
-    def save_policy(self, model: nn.Module, meta: PolicyMeta | None) -> None:
+    def save_policy(self, model: Weights, meta: PolicyMeta | None) -> None:
         import torch
 
         from archzoo.nets import cpu_state_dict

@@ -148,15 +148,15 @@ class SimHosts:
                 _ip("-n", self.switch, "link", "set", f"p{i}", "master", "br0")
                 _ip("-n", self.switch, "link", "set", f"p{i}", "up")
                 if self.rate:
-                    self._shape(h)
+                    self._shape(h, self.rate)
         except BaseException:
             self.down()
             raise
 
-    def _shape(self, h: SimHost) -> None:
+    def _shape(self, h: SimHost, rate: str) -> None:
         """A token bucket on the host's uplink: ``rate``, a burst of 1 ms at that rate."""
         cmd = ["ip", "netns", "exec", h.name, "tc", "qdisc", "add", "dev", h.iface, "root",
-               "tbf", "rate", self.rate, "burst", "256kb", "latency", "50ms"]
+               "tbf", "rate", rate, "burst", "256kb", "latency", "50ms"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise SimHostsError(f"tc tbf on {h.name}: {r.stderr.strip()}")

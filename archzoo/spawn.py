@@ -168,7 +168,7 @@ class Group:
     backend: str
     returncode: int
     ranks: list[RankResult]
-    launcher_codes: list[int | None]
+    launcher_codes: list[int]  # all known: the group waited for every process
     output: str = ""
     timed_out: bool = False
     stopped: int | None = None

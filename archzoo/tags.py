@@ -83,8 +83,9 @@ def blocks(topologies: int) -> dict[str, tuple[int, ...]]:
     """Every tag above by name, as the numbers it takes: one for a single tag, three for a
     parameter server's block, ``topologies`` for ``archzoo bench comm``'s (the number of
     topologies it measures at most)."""
-    out = {name: (value,) for name, value in globals().items()
-           if name.startswith("TAG_") and isinstance(value, int)}
+    out: dict[str, tuple[int, ...]] = {
+        name: (value,) for name, value in globals().items()
+        if name.startswith("TAG_") and isinstance(value, int)}
     out["PS_TAGS"] = PS_TAGS.numbers()
     out["TAG_BENCH_COMM"] = tuple(range(TAG_BENCH_COMM, TAG_BENCH_COMM + topologies))
     return out

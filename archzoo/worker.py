@@ -33,18 +33,22 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Callable
+from types import FrameType
 
 from archzoo import envvars, lifeline
 from archzoo.architectures import ArchModule
 from archzoo.checkpoint import CheckpointError
 from archzoo.comm import CommError
 from archzoo.comm.factory import Launch, make_transport
-from archzoo.config import RunConfig
+from archzoo.comm.mpi import MPITransport
+from archzoo.config import RunConfig, filled
 from archzoo.harness import RankContext
 from archzoo.harness.finish import abandon_run
 from archzoo.progress import close_all
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+Handler = Callable[[int, FrameType | None], object] | int | None  # signal.getsignal's
 
 
 class Stopped(KeyboardInterrupt):
@@ -87,7 +91,7 @@ def _exit_without_launcher(code: int) -> None:
     os._exit(code)
 
 
-def _catch_stop_signals() -> dict[int, object]:
+def _catch_stop_signals() -> dict[signal.Signals, Handler]:
     """Install :func:`_on_stop_signal`; returns the handlers it replaced (none outside the
     main thread, where handlers cannot be installed)."""
     if threading.current_thread() is not threading.main_thread():
@@ -98,7 +102,7 @@ def _catch_stop_signals() -> dict[int, object]:
     return before
 
 
-def _restore(handlers: dict[int, object]) -> None:
+def _restore(handlers: dict[signal.Signals, Handler]) -> None:
     for s, handler in handlers.items():
         signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
@@ -127,7 +131,7 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         if launch.under_launcher or os.environ.get(envvars.LAUNCHER_PID):
             lifeline.watch()  # SIGTERM when the launcher dies (a one-process run has none)
         if launch.world_size > 1:
-            transport = make_transport(args.backend, launch, args.comm_timeout,
+            transport = make_transport(filled(args.backend, "--backend"), launch, args.comm_timeout,
                                        args.startup_timeout)
         summary = arch.run(RankContext(args, launch, transport, t_start))
         if summary is not None and not args.quiet:
@@ -162,11 +166,11 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
             ends_job = launch.rank == 0 and not survive  # and rank 0 may still be saving
         if reason == LauncherLost.REASON:  # nobody to tell: mpiexec itself may be gone
             ends_job = False
-        if code != 0 and transport.backend == "mpi" and ends_job:
+        if code != 0 and isinstance(transport, MPITransport) and ends_job:
             transport.abort(code)
         sys.stdout.flush()
         sys.stderr.flush()
-        if transport.backend == "mpi" and code == 0 and not survive:
+        if isinstance(transport, MPITransport) and code == 0 and not survive:
             # A plain mpiexec ends the job when a rank leaves without MPI_Finalize, so leave
             # properly, but with a deadline: MPI_Finalize ends in a PMI barrier of every rank
             # of the job, which never completes once any rank died (even one this rank

@@ -120,7 +120,7 @@ class PSClient:
         self._awaiting = True
 
     def wait_params(self, timeout_s: float | None = None,
-                    on_poll: Callable[[], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    on_poll: Callable[[], object] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Take every shard's reply to the last request: ``(params, versions)``.
 
         One deadline for all shards; a PeerTimeout names the shard that did not answer."""

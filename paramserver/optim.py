@@ -43,6 +43,7 @@ class FlatOptimizer(Protocol):
     """What a shard needs: an in-place elementwise update of its slice."""
 
     steps: int
+    lr: np.float32
 
     def step(self, params: Any, grad: Any) -> None: ...
 

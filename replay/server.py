@@ -221,7 +221,7 @@ class ReplayServer:
         r["size"][...] = len(m)
         r["inserted"][...] = self.limiter.inserted
 
-    def flush(self, on_poll: Callable[[], None] | None = None) -> None:
+    def flush(self, on_poll: Callable[[], object] | None = None) -> None:
         for sending in self._sending.values():
             if sending is not None:
                 self.t.wait(sending, on_poll=on_poll)
@@ -262,7 +262,7 @@ class ShardedReplayClient:
         self.size = 0
         self.inserted = 0
 
-    def request(self, on_poll: Callable[[], None] | None = None) -> None:
+    def request(self, on_poll: Callable[[], object] | None = None) -> None:
         """Ask every shard for its share of the next batch (∝ its priority total)."""
         totals = np.array([self._totals[s] for s in self.shards], dtype=np.float64)
         probs = totals / totals.sum() if totals.sum() > 0 else None
@@ -285,7 +285,7 @@ class ShardedReplayClient:
             self._req_send[s] = self.t.isend(msg.buffer, s, self.tag_request, "sample request")
             self._asked[s] = int(c)
 
-    def receive(self, on_poll: Callable[[], None] | None = None,
+    def receive(self, on_poll: Callable[[], object] | None = None,
                 timeout_s: float | None = None) -> Batch:
         """Wait for every shard's reply to the last request; weights use global totals."""
         parts = []
@@ -340,10 +340,10 @@ class LocalReplayClient:
     def inserted(self) -> int:
         return self.limiter.inserted
 
-    def request(self, on_poll: Callable[[], None] | None = None) -> None:
+    def request(self, on_poll: Callable[[], object] | None = None) -> None:
         """Nothing to send: sampling happens in :meth:`receive`."""
 
-    def receive(self, on_poll: Callable[[], None] | None = None,
+    def receive(self, on_poll: Callable[[], object] | None = None,
                 timeout_s: float | None = None) -> Batch:
         """Sample once the rate limiter allows, calling ``on_poll`` (which inserts) meanwhile."""
         import time

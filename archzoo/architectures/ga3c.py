@@ -125,7 +125,12 @@ def run_server(ctx: RankContext[Ga3cConfig], spec: EnvSpec) -> Summary:
             for p in unrolls.ready():
                 unrolls.release(p)
 
-        run.on_stop(drain, outstanding=lambda: [t.wait(r) for r in sending.values() if r])
+        def outstanding() -> None:
+            for r in sending.values():
+                if r:
+                    t.wait(r)
+
+        run.on_stop(drain, outstanding=outstanding)
     timers_0 = {"server": {"update": srv.learner.update_s, "inference": srv.stats.forward_s,
                            "comm": timers.s.get("comm", 0.0), "wait": t.wait_s}}
     extra = {"inference": {**srv.stats.summary(), "max_batch": cfg.max_batch,

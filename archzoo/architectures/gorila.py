@@ -170,7 +170,8 @@ def run_actor(ctx: RankContext[GorilaConfig], spec: EnvSpec) -> None:
                                       [0, *actors])
         link.on_stop(me.out.flush, ps.close,
                      stats=lambda: me.stats(pushed.stats() if pushed else None),
-                     drain=pushed and pushed.take_newest, settle=pushed and pushed.settle)
+                     drain=None if pushed is None else pushed.take_newest,
+                     settle=None if pushed is None else pushed.settle)
         k = 0
         while True:
             link.raise_if_stopped()

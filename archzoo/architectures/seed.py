@@ -38,6 +38,7 @@ from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
+from archzoo.harness.finish import Stateful
 from archzoo.learners.seed import SeedLearner
 from archzoo.records import Summary
 from archzoo.runlog import Monitor
@@ -103,15 +104,18 @@ def run_learner(ctx: RankContext[SeedConfig], spec: EnvSpec) -> Summary:
     # a stop protocol that fails (an actor silent) still writes the summary, with stop_error
     with harness.root(ctx, actors, digests, actors=actors, keep_stop_error=True) as run:
         sl, policy = _learner(cfg, spec, run.mon, actors)
-        sync = {"unrolls": sl, "sampler": policy} if cfg.mode == "sync" else {}
+        sync: dict[str, Stateful] = \
+            {"unrolls": sl, "sampler": policy} if cfg.mode == "sync" else {}
         run.attach({"learner": sl.learner, **sync},
                    (sl.learner.model, builders.policy_meta(cfg, spec)))
         if sync:  # empty unless resumed: the actors take their logged steps again first
             sl.actions_to_replay().send_all(t, actors, harness.TAG_ACTIONS, cfg.startup_timeout)
+        survivors = run.survivors
+        assert survivors is not None  # actors= makes them
         server = InferenceServer(t, req_s, rep_s, actors, policy, cfg.max_batch,
                                  cfg.max_wait_us * 1e-6, harness.TAG_INFER_REQUEST,
                                  harness.TAG_INFER_REPLY, mode=cfg.mode, on_answer=sl.on_answer,
-                                 on_drop=lambda _, e: run.survivors.drop(e, "inference"),
+                                 on_drop=lambda _, e: survivors.drop(e, "inference"),
                                  states=sl.states)
         run.mon.extra = server.stats.window
         run.on_stop(server.drop_pending, outstanding=lambda: server.flush())

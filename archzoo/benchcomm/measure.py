@@ -129,6 +129,7 @@ def measure(t, topologies: list[str], ops: list[str], sizes: list[int], iters: i
 def worker(args: argparse.Namespace) -> int:
     from archzoo.comm import CommError
     from archzoo.comm.factory import detect_launch, make_transport
+    from archzoo.comm.mpi import MPITransport
 
     launch = detect_launch()
     if args.worker == "gloo":
@@ -157,7 +158,7 @@ def worker(args: argparse.Namespace) -> int:
               flush=True)
         code = 1
     if t is not None:
-        if code != 0 and t.backend == "mpi":
+        if code != 0 and isinstance(t, MPITransport):
             t.abort(code)  # MPICH would hang the other ranks otherwise
         if code == 0:
             t.shutdown()

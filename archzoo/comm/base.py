@@ -152,7 +152,7 @@ class Transport(ABC):
 
     # -- waiting -----------------------------------------------------------
     def wait(self, req: Request, timeout_s: float | None = None,
-             on_poll: Callable[[], None] | None = None, spin_s: float | None = None,
+             on_poll: Callable[[], object] | None = None, spin_s: float | None = None,
              max_sleep_s: float = 1e-3) -> None:
         """Wait for ``req`` with a deadline; ``on_poll`` runs between polls (e.g. check STOP).
 

@@ -101,9 +101,9 @@ class GlooTransport(Transport):
         # torchrun's store outlives a restarted worker group: a generation prefix keeps the
         # new group from reading the addresses of the dead one
         generation = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store = dist.PrefixStore(f"archzoo/generation-{generation}", store)
+        prefixed = dist.PrefixStore(f"archzoo/generation-{generation}", store)
         try:
-            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+            dist.init_process_group("gloo", store=prefixed, rank=rank, world_size=world_size,
                                     timeout=_GROUP_TIMEOUT)
         except RuntimeError as e:  # a rank died or is unreachable while the group forms
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else repr(e)
@@ -134,6 +134,8 @@ class GlooTransport(Transport):
             work = dist.isend(t, dst=dst, tag=tag)
         except RuntimeError as e:
             raise PeerFailure(self.rank, dst, f"sending {what}", e) from e
+        if work is None:  # torch returns None only to a rank outside the group
+            raise PeerFailure(self.rank, dst, f"sending {what}", "this rank is in no group")
         req = GlooRequest(work, t, dst, what)
         req.direction = "to"
         self.counters.sent(dst, req.nbytes)
@@ -147,6 +149,8 @@ class GlooTransport(Transport):
             work = dist.irecv(t, src=src, tag=tag)
         except RuntimeError as e:
             raise PeerFailure(self.rank, src, f"receiving {what}", e) from e
+        if work is None:  # torch returns None only to a rank outside the group
+            raise PeerFailure(self.rank, src, f"receiving {what}", "this rank is in no group")
         req = GlooRequest(work, t, src, what,
                           on_done=lambda r: self.counters.received(r.peer, r.nbytes))
         self._waiter(("recv", src, tag)).queue.put(req)

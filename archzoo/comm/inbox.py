@@ -21,8 +21,8 @@ class Unposted(Request):
     for whoever waits on it (:meth:`test` raises it), not raised by the release of a message
     that was delivered (a peer may leave right after its last message)."""
 
-    def __init__(self, failure: PeerFailure, what: str) -> None:
-        self.failure, self.peer, self.what = failure, failure.peer, what
+    def __init__(self, failure: PeerFailure, peer: int, what: str) -> None:
+        self.failure, self.peer, self.what = failure, peer, what
 
     def test(self) -> bool:
         raise self.failure
@@ -76,7 +76,7 @@ class Inbox:
         try:
             posted = self._post(peer, msg)
         except PeerFailure as e:
-            posted = msg, Unposted(e, self.what)
+            posted = msg, Unposted(e, peer, self.what)
         self._slots[peer].append(posted)
 
     def ready(self) -> list[int]:
@@ -104,7 +104,7 @@ class Inbox:
         self._next = (self.peers.index(peer) + 1) % len(self.peers)
 
     def recv_from(self, peer: int, timeout_s: float | None = None,
-                  on_poll: Callable[[], None] | None = None) -> Message:
+                  on_poll: Callable[[], object] | None = None) -> Message:
         """Wait (with a deadline) for the next message from ``peer``; release it after use."""
         _, req = self._slots[peer][0]
         self.transport.wait(req, timeout_s, on_poll)

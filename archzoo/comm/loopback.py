@@ -305,11 +305,11 @@ class LoopbackGroup:
                 kept = [s for s in q if s.req._error is None and dst != rank]
                 q.clear()
                 q.extend(kept)
-            for (src, dst, _), q in self._recvs.items():
+            for (src, dst, _), posted in self._recvs.items():
                 if rank in (src, dst):
-                    while q:
-                        r = q.popleft()
-                        r.req._finish(self._failure(r.req, dst, src))
+                    while posted:
+                        recv = posted.popleft()
+                        recv.req._finish(self._failure(recv.req, dst, src))
             for k, c in list(self._collectives.items()):
                 for r, (_, req) in c.parts.items():
                     req._finish(self._failure(req, r, rank))

@@ -60,7 +60,8 @@ class MPIRequest(Request):
 
     def __init__(self, req, buf: np.ndarray, peer, what: str, rank: int, on_done=None,
                  direction: str = "from", gone=None, lost=None) -> None:
-        self._req, self._buf = req, buf
+        self._req = req
+        self._buf: np.ndarray | None = buf  # kept alive until the request completes
         self.peer, self.what, self._rank, self.direction = peer, what, rank, direction
         self.nbytes = buf.nbytes
         self._done = False

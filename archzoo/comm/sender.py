@@ -43,10 +43,11 @@ class SendWindow:
         self.i = 0  # messages sent
         self.credit = None if used is None else Credit(used, dest, what, window)
 
-    def next(self, on_poll: Callable[[], None] | None = None) -> Message:
+    def next(self, on_poll: Callable[[], object] | None = None) -> Message:
         j = self.i % len(self.buffers)
-        if self.sending[j] is not None:
-            self.t.wait(self.sending[j], on_poll=on_poll)
+        pending = self.sending[j]
+        if pending is not None:
+            self.t.wait(pending, on_poll=on_poll)
             self.sending[j] = None
         if self.credit is not None:
             self.t.wait(self.credit.until(self.i), on_poll=on_poll)
@@ -58,7 +59,7 @@ class SendWindow:
                                        synchronous=True)
         self.i += 1
 
-    def flush(self, on_poll: Callable[[], None] | None = None) -> None:
+    def flush(self, on_poll: Callable[[], object] | None = None) -> None:
         for j, req in enumerate(self.sending):
             if req is not None:
                 self.t.wait(req, on_poll=on_poll)

@@ -16,7 +16,7 @@ after learning keeps what it learnt and can be resumed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
@@ -30,13 +30,12 @@ from archzoo.runlog import Monitor, RunDir
 from archzoo.seeding import actor_seed, evaluator_seed  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
-    from torch import nn
-
+    from archzoo.nets import Weights
     from archzoo.video import Recorder
 
 # the policy that policy.pt saves: the model (or a function that returns it up to date)
 # and its metadata
-Policy = tuple["nn.Module | Callable[[], nn.Module]", PolicyMeta]
+Policy = tuple["Weights | Callable[[], Weights]", PolicyMeta]
 Times = dict[str, dict[str, float]]  # summary.json's time_breakdown_s: part -> name -> s
 
 
@@ -87,14 +86,14 @@ class OpenRun:
         if self.videos is not None:
             self.videos.maybe_record(self.mon.env_steps)
 
-    def current_policy(self) -> tuple[nn.Module, PolicyMeta] | None:
+    def current_policy(self) -> tuple[Weights, PolicyMeta] | None:
         """The policy as it is now (model, metadata), or None if the run registered none."""
         if self.policy is None:
             return None
         model, meta = self.policy
-        if hasattr(model, "state_dict"):  # a module (which is callable too)
-            return cast("nn.Module", model), meta
-        return model(), meta
+        if callable(model) and not hasattr(model, "state_dict"):  # a module is callable too
+            return model(), meta
+        return cast("Weights", model), meta
 
 
 _OPEN: list[OpenRun] = []  # this process's run in progress (the deciding rank's)
@@ -214,7 +213,7 @@ class LeafReports(TypedDict):
     """What the leaves' BYEs give summary.json (:func:`leaf_reports`)."""
     time_breakdown_s: Times
     per_rank_bytes: dict[str, ByteTotals]
-    params_by_rank: dict[str, dict[str, int | float]]
+    params_by_rank: dict[str, dict[str, int | float | None]]
 
 
 def leaf_reports(byes: dict[int, ByeStats],
@@ -237,7 +236,7 @@ def torch_threads() -> int:
 
 def run_summary(ctx: RankContext[RunConfig], mon: Monitor, stop: str | None, topology: str,
                 topology_applied: str, device: object, updates: int, timers: Times,
-                extra: JSONObject, per_rank_bytes: dict[str, ByteTotals] | None = None
+                extra: Mapping[str, object], per_rank_bytes: dict[str, ByteTotals] | None = None
                 ) -> Summary:
     """The fields of summary.json every architecture writes (:class:`RunSummary`), and
     ``extra``; ``per_rank_bytes``: every rank's traffic, as ``extra`` holds it (None: this
@@ -275,12 +274,12 @@ def run_summary(ctx: RankContext[RunConfig], mon: Monitor, stop: str | None, top
     return {**common, **extra}
 
 
-def finish_run(run: OpenRun, stop: str | None, *, policy: nn.Module, meta: PolicyMeta | None,
+def finish_run(run: OpenRun, stop: str | None, *, policy: Weights, meta: PolicyMeta | None,
                updates: int, device: object = "cpu", topology: str | None = None,
                applied: str = "", timers: Times | None = None,
                byes: dict[int, ByeStats] | None = None,
                role: str | Callable[[int], str] = "actor",
-               extra: JSONObject | None = None) -> Summary:
+               extra: Mapping[str, object] | None = None) -> Summary:
     """The last metrics row, summary.json and policy.pt of ``run``; returns the summary.
 
     ``timers`` is the deciding rank's own time breakdown; the leaves' come from ``byes``

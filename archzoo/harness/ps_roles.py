@@ -19,7 +19,7 @@ import numpy as np
 
 from archzoo.checkpoint import OwnCheckpoint
 from archzoo.comm import Message
-from archzoo.config import RunConfig
+from archzoo.config import RunConfig, filled
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import RootRun, leaf, root
 from archzoo.nets import get_flat, num_params, set_flat
@@ -183,8 +183,8 @@ class SliceCheckpoint:
     def __init__(self, ctx: RankContext[RunConfig], shard: ParamShard) -> None:
         cfg = ctx.cfg
         self.shard, self.periodic = shard, cfg.mode == "async"
-        self.file = OwnCheckpoint(cfg.run_dir, f"ps-rank{ctx.rank}", "ps-slice",
-                                  cfg.checkpoint_interval)
+        self.file = OwnCheckpoint(filled(cfg.run_dir, "--run-dir"), f"ps-rank{ctx.rank}",
+                                  "ps-slice", cfg.checkpoint_interval)
         if cfg.resume is not None:
             shard.load_state_dict(self.file.load()["ps"])
 

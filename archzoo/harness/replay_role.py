@@ -92,12 +92,16 @@ class LearnerReplay:
 
     def take_inserts(self, force: bool = False) -> None:
         """The arrived transitions into the memory, as the rate limiter allows (or all)."""
-        if self.inserts is not None:
-            for p in self.inserts.ready():
+        inserts, memory = self.inserts, self.memory
+        if inserts is not None:
+            assert memory is not None  # the learner's own memory takes the inserts
+            for p in inserts.ready():
                 if not (force or self.limiter.can_insert()):
                     break
-                self.limiter.inserted += insert(self.memory, self.inserts.poll(p))
-                self.inserts.release(p)
+                msg = inserts.poll(p)
+                assert msg is not None, "a ready peer has a message"
+                self.limiter.inserted += insert(memory, msg)
+                inserts.release(p)
 
     def drop(self, actor: int) -> None:
         if self.inserts is not None:

@@ -27,7 +27,7 @@ what is its own: its components, how they drain, its statistics::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -41,11 +41,11 @@ from archzoo.harness.protocol import Control, LeafControl, RankContext
 from archzoo.harness.run import Run
 from archzoo.harness.stats import StatsReporter, absorb_stats
 from archzoo.harness.survivors import Survivors
-from archzoo.records import ByeStats, JSONObject, LeafStats, PolicyMeta, Summary
+from archzoo.records import ByeStats, LeafStats, PolicyMeta, Summary
 from archzoo.tags import TAG_CONTROL
 
 if TYPE_CHECKING:
-    from torch import nn
+    from archzoo.nets import Weights
 
 T = TypeVar("T")
 
@@ -185,8 +185,8 @@ class RootRun(Run):
         self._drain = drain or self._drain
         self._outstanding = outstanding or self._outstanding
 
-    def finish(self, policy: nn.Module, updates: int, *, meta: PolicyMeta | None = None,
-               extra: JSONObject | None = None, device: object = "cpu",
+    def finish(self, policy: Weights, updates: int, *, meta: PolicyMeta | None = None,
+               extra: Mapping[str, object] | None = None, device: object = "cpu",
                topology: str | None = None, applied: str = "", timers: Times | None = None,
                role: str | Callable[[int], str] = "actor") -> Summary:
         """After the ``with``: :meth:`Run.finish <archzoo.harness.run.Run.finish>` with the

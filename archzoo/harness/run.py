@@ -19,7 +19,7 @@ any of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,12 +36,11 @@ from archzoo.harness.finish import (
 )
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.stats import account_unroll
-from archzoo.records import ByeStats, JSONObject, PolicyMeta, Summary
+from archzoo.records import ByeStats, PolicyMeta, Summary
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from archzoo.learners.base import UnrollLearner
+    from archzoo.nets import Weights
 
 
 class Keeper(Protocol):
@@ -109,8 +108,8 @@ class Run:
         self.log()
         return self.check_stop()
 
-    def finish(self, policy: nn.Module, updates: int, *, meta: PolicyMeta | None = None,
-               extra: JSONObject | None = None, device: object = "cpu",
+    def finish(self, policy: Weights, updates: int, *, meta: PolicyMeta | None = None,
+               extra: Mapping[str, object] | None = None, device: object = "cpu",
                topology: str | None = None, applied: str = "", timers: Times | None = None,
                role: str | Callable[[int], str] = "actor") -> Summary:
         """After the loop: the own checkpoints' last save, the last metrics row,

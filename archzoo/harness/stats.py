@@ -11,7 +11,7 @@ actor-learners, Gorila's learners, GALA's agents) add their updates' statistics
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from archzoo.comm import Message
 from archzoo.harness.control_messages import ControlMessage, Stats
@@ -79,7 +79,7 @@ class StatsReporter:
         self.learner: dict[str, list[float]] = {}  # name -> [sum, count] since the report
         self.last = time.time()
 
-    def add(self, returns: Sequence[float] = (), evals: Sequence[float] = ()) -> None:
+    def add(self, returns: Iterable[float] = (), evals: Iterable[float] = ()) -> None:
         self.returns.extend(float(r) for r in returns)
         self.evals.extend(float(r) for r in evals)
 

@@ -77,7 +77,7 @@ class TransitionLeaf:
                                                   acted // self.cfg.envs_per_actor))
         reporter.maybe_report(actor.tracker.env_steps, actor.version, actor.first_step_time)
 
-    def stats(self, params: dict[str, int | float] | None = None) -> LeafStats:
+    def stats(self, params: dict[str, int | float | None] | None = None) -> LeafStats:
         """Its BYE statistics (with ``params``: the parameter versions it loaded)."""
         a = self.actor
         stats: LeafStats = {"timing": {"env": a.env_s, "inference": a.inference_s,

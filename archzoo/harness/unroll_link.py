@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from types import TracebackType
 from typing import Any
 
 import numpy as np
+from torch import nn
 
 from archzoo import builders
 from archzoo.actors.action_log import ActionLog
-from archzoo.comm import Inbox, Message, PeerTimeout
+from archzoo.comm import Inbox, Message, PeerTimeout, Schema
 from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
@@ -39,7 +41,7 @@ from archzoo.harness.roles import RootRun, open_root
 from archzoo.harness.stats import account_unroll
 from archzoo.harness.survivors import Survivors
 from archzoo.learners.vtrace_learner import VTraceLearner
-from archzoo.nets import ActorCritic, get_flat, num_params
+from archzoo.nets import get_flat, num_params
 from archzoo.runlog import Timers
 from archzoo.tags import TAG_ACTIONS, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
 from archzoo.topology.broadcast import ParamsBroadcast, describe_broadcast
@@ -54,7 +56,8 @@ def topology_applied(cfg: ImpalaConfig) -> str:
     return f"parameter broadcast learner->actors over {how}; {STREAMS}"
 
 
-def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: ActorCritic, world_size: int):
+def schemas(cfg: ImpalaConfig, spec: EnvSpec, model: nn.Module,
+            world_size: int) -> tuple[Schema, Schema, dict[str, str]]:
     """The unroll and parameter messages, and their digests for the start-up check. The
     parameters carry each rank's credit: how many of its unrolls the learner has used."""
     u_schema = builders.unrolls(cfg, spec)  # with --core lstm, its initial states too
@@ -228,8 +231,7 @@ class LearnerLink:
             for p in self.peers:
                 if p in self.inbox.peers:  # not an actor that died since; one that is
                     # gone fails its reposted receive at the next poll: dropped there
-                    self.survivors.guard(lambda p=p: self.inbox.release(p),
-                                         "receiving unrolls")
+                    self.survivors.guard(partial(self.inbox.release, p), "receiving unrolls")
 
     def send_params(self) -> None:
         """The learner's parameters to every actor as version ``learner.version`` (sync: and

@@ -354,12 +354,13 @@ class AsyncTreeBroadcast:
         mark re-sending a version already held is not listed). Never blocks."""
         got: list[int] = []
         if self._inbox is not None:
-            p = self.parent
+            p, acker = self.parent, self._acker
+            assert p is not None and acker is not None  # a rank with an inbox has a parent
             while (msg := self._inbox.poll(p)) is not None:
                 self._take(msg, got)
                 self._inbox.release(p)
-                self._acker.taken += 1
-            self._acker.pump()
+                acker.taken += 1
+            acker.pump()
         self._take_acks()
         self._pump()
         return got
@@ -389,7 +390,7 @@ class AsyncTreeBroadcast:
         return all(snd.free() for snd in self._down.values())
 
     def finish(self, timeout_s: float | None = None,
-               on_poll: Callable[[], None] | None = None) -> None:
+               on_poll: Callable[[], object] | None = None) -> None:
         """Close (root), then poll until :meth:`idle`; raises PeerTimeout naming the peer."""
         self.close()
         t = self.transport
@@ -528,8 +529,8 @@ class AsyncTreeBroadcast:
             return PeerTimeout(self.rank, self.parent, "the final version (async tree broadcast)",
                                waited_s)
         if self._acker is not None and not self._acker.settled():
-            return PeerTimeout(self.rank, self.parent, "an ack (async tree broadcast)", waited_s,
-                               "to")
+            return PeerTimeout(self.rank, self._acker.peer, "an ack (async tree broadcast)",
+                               waited_s, "to")
         for c in self.children:
             if c in self._stale or not self._down[c].free():
                 return PeerTimeout(self.rank, c, "the final version (async tree broadcast)",

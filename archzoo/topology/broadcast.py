@@ -23,6 +23,7 @@ from collections.abc import Callable
 from archzoo.comm import Inbox, Message, PeerTimeout, Schema, Transport
 from archzoo.comm.base import Backoff
 from archzoo.topology.async_tree import AsyncTreeBroadcast
+from archzoo.topology.base import Topology
 from archzoo.topology.factory import make_topology
 from archzoo.topology.star import StarPublisher
 
@@ -48,14 +49,22 @@ def describe_broadcast(topology: str, fanout: int, mode: str) -> str:
     if mode == "sync":
         name = topology + (f"(m={fanout})" if topology in ("tree", "butterfly") else "")
         return f"{name} (synchronous collective)"
-    m, chain = async_schedule(topology, fanout)
+    m, chain = _tree_schedule(topology, fanout)
     how = "chain" if chain else f"k-nomial tree m={m}"
     return f"{topology} as a {how} (asynchronous, latest-wins, actors relay)"
 
 
+def _tree_schedule(topology: str, fanout: int) -> tuple[int, bool]:
+    """:func:`async_schedule` of a topology other than the star."""
+    schedule = async_schedule(topology, fanout)
+    if schedule is None:
+        raise ValueError("the star has no asynchronous tree broadcast")
+    return schedule
+
+
 def _async_tree(t: Transport, topology: str, fanout: int, schema: Schema,
                 members: list[int], tag: int) -> AsyncTreeBroadcast:
-    m, chain = async_schedule(topology, fanout)
+    m, chain = _tree_schedule(topology, fanout)
     return AsyncTreeBroadcast(t, schema, members[0], m, tag, members=members, chain=chain)
 
 
@@ -67,7 +76,9 @@ class ParamsBroadcast:
     def __init__(self, t: Transport, topology: str, fanout: int, schema: Schema,
                  actors: list[int], tag_params: int, tag_topology: int,
                  mode: str = "sync") -> None:
-        self.collective = self.tree = self.star = None
+        self.collective: Topology | None = None
+        self.tree: AsyncTreeBroadcast | None = None
+        self.star: StarPublisher | None = None
         self.publications = 0  # the async tree's order: a version may go out again (a newer
         # credit with the same parameters), so the tree numbers publications, not versions
         if topology == "star":
@@ -88,6 +99,7 @@ class ParamsBroadcast:
         if self.tree is not None:
             self.tree.publish(self.latest, self.publications)
         else:
+            assert self.collective is not None  # neither star nor tree: the collective
             self.collective.broadcast(self.latest.buffer, 0)
 
     def drop(self, actor: int) -> None:
@@ -112,7 +124,7 @@ class ParamsBroadcast:
             self.tree.poll()
 
     def wait_all(self, timeout_s: float | None = None,
-                 on_poll: Callable[[], None] | None = None) -> None:
+                 on_poll: Callable[[], object] | None = None) -> None:
         """Until every send completed; the async tree closes first (its last version goes
         down marked final) and waits until every child took it."""
         if self.star is not None:
@@ -146,7 +158,9 @@ class ParamsSubscriber:
                  tag_topology: int, mode: str = "sync",
                  members: list[int] | None = None) -> None:
         self.t, self.root, self.on_params = t, root, on_params
-        self.collective = self.tree = self.inbox = None
+        self.collective: Topology | None = None
+        self.tree: AsyncTreeBroadcast | None = None
+        self.inbox: Inbox | None = None
         if topology == "star":
             self.inbox = Inbox(t, schema, [root], tag_params, depth=1, what="parameters")
         elif mode == "sync":
@@ -168,11 +182,11 @@ class ParamsSubscriber:
             self.loads += 1
         return self.version
 
-    def stats(self) -> dict[str, int | float]:
+    def stats(self) -> dict[str, int | float | None]:
         """For the actor's BYE: the last version and how many were loaded; on the async
         tree also the versions this rank skipped, its receipt age in versions (root version
         minus received version) and the messages it relayed to its children."""
-        out: dict[str, int | float] = {"version": self.version, "loads": self.loads}
+        out: dict[str, int | float | None] = {"version": self.version, "loads": self.loads}
         if self.tree is not None:
             st = self.tree.stats()
             out.update(skipped=st["skipped"], out_of_order=st["out_of_order"],
@@ -183,6 +197,7 @@ class ParamsSubscriber:
     def _take_tree(self) -> bool:
         """Poll the tree; load its newest message if its version is newer than the one
         loaded (a publication of the same version again only brings a newer credit)."""
+        assert self.tree is not None, "an async tree subscriber's"
         self.tree.poll()
         got = self.tree.latest_message()
         if got is None or got[1] <= self.seen:
@@ -224,7 +239,7 @@ class ParamsSubscriber:
             self._load(self.slot)
 
     def next(self, timeout_s: float | None = None,
-             on_poll: Callable[[], None] | None = None) -> int:
+             on_poll: Callable[[], object] | None = None) -> int:
         if self.collective is not None:
             self.collective.broadcast(self.relay.buffer, self.root)
             return self._load(self.relay)
@@ -232,19 +247,22 @@ class ParamsSubscriber:
             return self._next_tree(timeout_s, on_poll)
         if int(self.slot["version"]) > self.version:  # drained already, not yet loaded
             return self._load(self.slot)
+        assert self.inbox is not None  # neither collective nor tree: the star's inbox
         version = self._load(self.inbox.recv_from(self.root, timeout_s, on_poll=on_poll))
         self.inbox.release(self.root)
         return version
 
-    def _next_tree(self, timeout_s: float | None, on_poll: Callable[[], None] | None) -> int:
+    def _next_tree(self, timeout_s: float | None, on_poll: Callable[[], object] | None) -> int:
         t0 = time.perf_counter()
         limit = self.t.timeout_s if timeout_s is None else timeout_s
         backoff = Backoff(self.t.idle, self.t.spin_s)
+        tree = self.tree
+        assert tree is not None, "an async tree subscriber's"
         while not self._take_tree():
             if on_poll is not None:
                 on_poll()
             if time.perf_counter() - t0 > limit:
-                raise PeerTimeout(self.t.rank, self.tree.parent,
+                raise PeerTimeout(self.t.rank, "?" if tree.parent is None else tree.parent,
                                   "parameters (async tree broadcast)", limit)
             backoff.pause()
         return self.version
