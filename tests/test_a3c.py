@@ -26,6 +26,10 @@ from tests.runs import (
 )
 
 SMOKE = ["--total-steps", "120000", "--quiet", "--seed", "4", "--log-interval", "0.5"]
+# The other settings and launchers run the same roles: a shorter run checks their counts,
+# test_torchrun's (gloo async, the default) that the policy learns, and the slow tier that
+# A3C and A2C solve CartPole (test_a3c_and_a2c_solve_cartpole).
+SHORT = ["--total-steps", "40000", *SMOKE[2:]]
 
 
 def worker_pushes(s: dict, cfg: dict, worker: int) -> int:
@@ -67,10 +71,14 @@ def check_reports(d: Path, s: dict) -> None:
     assert set(filled(d, "learner/lr")) == {round(float(np.float32(cfg["lr"])), 5)}
 
 
-def check(d: Path, backend: str, world: int, shards: int) -> dict:
+def check(d: Path, backend: str, world: int, shards: int, learns: bool = False) -> dict:
+    """Counts that agree with the workers' own; ``learns``: it beat random within SMOKE's
+    120,000 agent steps."""
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"]) == ("a3c", backend, world)
-    assert s["env_steps"] >= 120000 and best_return(d) > RANDOM_RETURN + 10
+    assert s["env_steps"] >= (120000 if learns else 40000)
+    if learns:
+        assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
     check_reports(d, s)
     if world > 1:
         cfg = json.loads((d / "config.json").read_text())
@@ -101,7 +109,7 @@ def check(d: Path, backend: str, world: int, shards: int) -> dict:
 ])
 def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int) -> None:
     d = tmp_path / "run"
-    r = cli("run", "a3c", *extra, "--run-dir", str(d), *SMOKE)
+    r = cli("run", "a3c", *extra, "--run-dir", str(d), *SHORT)
     assert r.returncode == 0, r.stderr
     s = check(d, "gloo", world, shards)
     if "--ps-drop" in extra:
@@ -110,7 +118,7 @@ def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int
 
 def test_single_process(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    r = cli("run", "a3c", "--actors", "0", "--run-dir", str(d), *SMOKE)
+    r = cli("run", "a3c", "--actors", "0", "--run-dir", str(d), *SHORT)
     assert r.returncode == 0, r.stderr
     check(d, "none", 1, 0)
 
@@ -118,7 +126,7 @@ def test_single_process(tmp_path: Path) -> None:
 def test_mpiexec_sync(tmp_path: Path) -> None:
     d = tmp_path / "run"
     job = run_mpi(3, ["-m", "archzoo", "run", "a3c", "--mode", "sync", "--run-dir", str(d),
-                      *SMOKE], timeout_s=180)
+                      *SHORT], timeout_s=180)
     assert job.returncode == 0, describe(job)
     check(d, "mpi", 3, 1)
 
@@ -150,4 +158,4 @@ def test_a3c_and_a2c_solve_cartpole(tmp_path: Path, mode: str) -> None:
 def test_torchrun(tmp_path: Path) -> None:
     d = tmp_path / "run"
     torchrun(3, "run", "a3c", "--run-dir", str(d), *SMOKE)
-    assert check(d, "gloo", 3, 1)["launcher"] == "torchrun"
+    assert check(d, "gloo", 3, 1, learns=True)["launcher"] == "torchrun"

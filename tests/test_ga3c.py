@@ -32,6 +32,10 @@ from tests.runs import (
 
 SMOKE = ["--total-steps", "150000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
+# The other launchers and settings run the same roles: a shorter run checks their counts,
+# test_torchrun's (gloo, the defaults) that the policy learns, and the slow tier that it
+# solves CartPole (test_ga3c_solves_cartpole).
+SHORT = ["--total-steps", "50000", *SMOKE[2:]]
 
 
 def agent_counts(s: dict, cfg: dict, agent: int) -> tuple[int, int, int]:
@@ -55,11 +59,14 @@ def window_means(rows: list[dict], column: str) -> list[float]:
     return [float(r[column]) for r in rows if r[column]]
 
 
-def check(d: Path, backend: str, world: int) -> dict:
+def check(d: Path, backend: str, world: int, learns: bool = False) -> dict:
+    """Counts that agree with the agents' own; ``learns``: it beat random within SMOKE's
+    150,000 agent steps."""
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"]) == ("ga3c", backend, world)
-    assert s["env_steps"] >= 150000 and s["learner_updates"] > 10
-    assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
+    assert s["env_steps"] >= (150000 if learns else 50000) and s["learner_updates"] > 10
+    if learns:
+        assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
     cfg = json.loads((d / "config.json").read_text())
     T, E = cfg["unroll_length"], cfg["envs_per_actor"]
     inf = s["inference"]
@@ -107,7 +114,7 @@ def check(d: Path, backend: str, world: int) -> dict:
 
 def test_single_process(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    r = cli("run", "ga3c", "--actors", "0", "--run-dir", str(d), *SMOKE)
+    r = cli("run", "ga3c", "--actors", "0", "--run-dir", str(d), *SHORT)
     assert r.returncode == 0, r.stderr
     check(d, "none", 1)
 
@@ -121,7 +128,7 @@ def test_single_process(tmp_path: Path) -> None:
 def test_embedded(tmp_path: Path, backend: str, extra: list[str]) -> None:
     d = tmp_path / "run"
     r = cli("run", "ga3c", "--actors", "2", "--backend", backend, "--run-dir", str(d),
-            *extra, *SMOKE)
+            *extra, *SHORT)
     assert r.returncode == 0, r.stdout + r.stderr
     s = check(d, backend, 3)
     if extra:
@@ -132,12 +139,12 @@ def test_embedded(tmp_path: Path, backend: str, extra: list[str]) -> None:
 def test_torchrun(tmp_path: Path) -> None:
     d = tmp_path / "run"
     torchrun(3, "run", "ga3c", "--run-dir", str(d), *SMOKE)
-    assert check(d, "gloo", 3)["launcher"] == "torchrun"
+    assert check(d, "gloo", 3, learns=True)["launcher"] == "torchrun"
 
 
 def test_mpiexec(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    job = run_mpi(3, ["-m", "archzoo", "run", "ga3c", "--run-dir", str(d), *SMOKE],
+    job = run_mpi(3, ["-m", "archzoo", "run", "ga3c", "--run-dir", str(d), *SHORT],
                   timeout_s=180)
     assert job.returncode == 0, describe(job)
     assert check(d, "mpi", 3)["launcher"] == "mpiexec"

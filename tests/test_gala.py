@@ -12,12 +12,20 @@ from tests.mp import describe, run_mpi
 from tests.runs import RANDOM_RETURN, best_return, cli, filled, load_run, solve_either_seed
 
 SMOKE = ["--total-steps", "150000", "--quiet", "--seed", "2", "--log-interval", "0.5"]
+# The one agent and the MPI run take the same steps: a shorter run checks them, the
+# embedded gloo run of 3 agents that the policy learns, and the slow tier that it solves
+# CartPole (test_gala_solves_cartpole).
+SHORT = ["--total-steps", "50000", *SMOKE[2:]]
 
 
-def check(d: Path, backend: str, agents: int) -> dict:
+def check(d: Path, backend: str, agents: int, learns: bool = False) -> dict:
+    """Gossip, consensus and loss columns; ``learns``: it beat random within SMOKE's
+    150,000 agent steps."""
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"]) == ("gala", backend, agents)
-    assert s["env_steps"] >= 150000 and best_return(d) > RANDOM_RETURN + 10
+    assert s["env_steps"] >= (150000 if learns else 50000)
+    if learns:
+        assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
     if agents > 1:
         assert s["topology"] == "ring" and s["gossip_rounds"] > 0
         # every gossip round sends to both ring neighbours (one for two agents): the
@@ -60,14 +68,15 @@ def test_neighbour_distance_is_the_distance_to_the_neighbours_mean() -> None:
 @pytest.mark.parametrize("agents", [0, 3])
 def test_embedded_gloo(tmp_path: Path, agents: int) -> None:
     d = tmp_path / "run"
-    r = cli("run", "gala", "--actors", str(agents), "--run-dir", str(d), *SMOKE)
+    r = cli("run", "gala", "--actors", str(agents), "--run-dir", str(d),
+            *(SMOKE if agents else SHORT))
     assert r.returncode == 0, r.stderr
-    check(d, "gloo" if agents else "none", max(1, agents))
+    check(d, "gloo" if agents else "none", max(1, agents), learns=agents > 0)
 
 
 def test_mpiexec(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    job = run_mpi(3, ["-m", "archzoo", "run", "gala", "--run-dir", str(d), *SMOKE],
+    job = run_mpi(3, ["-m", "archzoo", "run", "gala", "--run-dir", str(d), *SHORT],
                   timeout_s=180)
     assert job.returncode == 0, describe(job)
     check(d, "mpi", 3)

@@ -30,14 +30,22 @@ from tests.runs import (
 
 SMOKE = ["--total-steps", "250000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
+# The other launchers and modes run the same roles: a shorter run checks their plumbing,
+# test_torchrun's (gloo async, the default) that the policy learns, and the slow tier that
+# each solves CartPole (tests/test_impala_solve.py).
+SHORT = ["--total-steps", "60000", *SMOKE[2:]]
 
 
-def check_run_dir(d: Path, *, backend: str, world_size: int, mode: str = "async") -> dict:
-    """The run directory is complete, data flowed, and the policy beat a random one."""
+def check_run_dir(d: Path, *, backend: str, world_size: int, mode: str = "async",
+                  learns: bool = False) -> dict:
+    """The run directory is complete and data flowed; ``learns``: the policy beat a random
+    one within SMOKE's 250,000 agent steps."""
     s = load_run(d)
     assert (s["backend"], s["world_size"], s["mode"]) == (backend, world_size, mode)
-    assert s["env_steps"] >= 250000 and s["episodes"] > 100 and s["learner_updates"] > 10
-    assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
+    assert s["env_steps"] >= (250000 if learns else 60000)
+    assert s["episodes"] > 100 and s["learner_updates"] > 10
+    if learns:
+        assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
     for role in ("learner", *(f"actor{a}" for a in range(1, world_size))):
         assert role in s["time_breakdown_s"], role
     if world_size > 1:
@@ -48,7 +56,7 @@ def check_run_dir(d: Path, *, backend: str, world_size: int, mode: str = "async"
 
 def test_single_process_baseline_and_eval(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    r = cli("run", "impala", "--actors", "0", "--run-dir", str(d), *SMOKE)
+    r = cli("run", "impala", "--actors", "0", "--run-dir", str(d), *SHORT)
     assert r.returncode == 0, r.stderr
     s = check_run_dir(d, backend="none", world_size=1)
     assert s["topology"] == "none"
@@ -63,7 +71,7 @@ def test_single_process_baseline_and_eval(tmp_path: Path) -> None:
 def test_embedded(tmp_path: Path, backend: str, mode: str) -> None:
     d = tmp_path / "run"
     r = cli("run", "impala", "--actors", "2", "--backend", backend, "--mode", mode,
-            "--run-dir", str(d), *SMOKE)
+            "--run-dir", str(d), *SHORT)
     assert r.returncode == 0, r.stdout + r.stderr
     s = check_run_dir(d, backend=backend, world_size=3, mode=mode)
     assert s["launcher"] == ("mpiexec" if backend == "mpi" else "embedded")
@@ -74,14 +82,14 @@ def test_embedded(tmp_path: Path, backend: str, mode: str) -> None:
 def test_torchrun(tmp_path: Path) -> None:
     d = tmp_path / "run"
     torchrun(3, "run", "impala", "--run-dir", str(d), *SMOKE)
-    s = check_run_dir(d, backend="gloo", world_size=3)
+    s = check_run_dir(d, backend="gloo", world_size=3, learns=True)
     assert s["launcher"] == "torchrun"
 
 
 def test_mpiexec_sync(tmp_path: Path) -> None:
     d = tmp_path / "run"
     job = run_mpi(3, ["-m", "archzoo", "run", "impala", "--mode", "sync", "--run-dir", str(d),
-                      *SMOKE], timeout_s=180)
+                      *SHORT], timeout_s=180)
     assert job.returncode == 0, describe(job)
     check_run_dir(d, backend="mpi", world_size=3, mode="sync")
 

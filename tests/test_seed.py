@@ -29,6 +29,10 @@ from tests.runs import (
 
 SMOKE = ["--total-steps", "150000", "--log-interval", "0.5", "--quiet", "--seed", "3",
          "--comm-timeout", "30"]
+# The other launchers and modes run the same roles: a shorter run checks their counts,
+# test_torchrun's (gloo async, the default) that the policy learns, and the slow tier that
+# it solves CartPole (test_seed_solves_cartpole).
+SHORT = ["--total-steps", "50000", *SMOKE[2:]]
 
 
 def actor_requests(s: dict, actor: int) -> tuple[int, int]:
@@ -49,14 +53,16 @@ def actor_requests(s: dict, actor: int) -> tuple[int, int]:
     return sent, replies
 
 
-def check(d: Path, backend: str, world: int, mode: str = "async") -> dict:
-    """Complete run directory, data flowed, beat random, and the server's inference and
-    update counts agree with what the actors counted themselves."""
+def check(d: Path, backend: str, world: int, mode: str = "async", learns: bool = False) -> dict:
+    """Complete run directory, data flowed, and the server's inference and update counts
+    agree with what the actors counted themselves; ``learns``: it beat random within SMOKE's
+    150,000 agent steps."""
     s = load_run(d)
     assert (s["arch"], s["backend"], s["world_size"], s["mode"]) == ("seed", backend, world,
                                                                      mode)
-    assert s["env_steps"] >= 150000 and s["learner_updates"] > 10
-    assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
+    assert s["env_steps"] >= (150000 if learns else 50000) and s["learner_updates"] > 10
+    if learns:
+        assert best_return(d) > RANDOM_RETURN + 10, s["final_mean_return"]
     inf = s["inference"]
     T, E = json.loads((d / "config.json").read_text())["unroll_length"], s["envs_per_actor"]
     # every env step of every actor was one answered request row (plus first requests)
@@ -90,7 +96,7 @@ def check(d: Path, backend: str, world: int, mode: str = "async") -> dict:
 
 def test_single_process_and_eval(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    r = cli("run", "seed", "--actors", "0", "--run-dir", str(d), "--total-steps", "150000",
+    r = cli("run", "seed", "--actors", "0", "--run-dir", str(d), "--total-steps", "50000",
             "--log-interval", "0.5", "--seed", "3")  # not quiet: a device line would show
     assert r.returncode == 0, r.stderr
     if torch.cuda.is_available():
@@ -108,7 +114,7 @@ def test_single_process_and_eval(tmp_path: Path) -> None:
 def test_embedded(tmp_path: Path, backend: str, mode: str) -> None:
     d = tmp_path / "run"
     r = cli("run", "seed", "--actors", "2", "--backend", backend, "--mode", mode,
-            "--run-dir", str(d), *SMOKE)
+            "--run-dir", str(d), *SHORT)
     assert r.returncode == 0, r.stdout + r.stderr
     s = check(d, backend, 3, mode)
     assert s["inference"]["dead_actors"] == [] and s["actor_restarts"] == {}
@@ -117,14 +123,14 @@ def test_embedded(tmp_path: Path, backend: str, mode: str) -> None:
 def test_torchrun(tmp_path: Path) -> None:
     d = tmp_path / "run"
     torchrun(3, "run", "seed", "--run-dir", str(d), *SMOKE)
-    s = check(d, "gloo", 3)
+    s = check(d, "gloo", 3, learns=True)
     assert s["launcher"] == "torchrun"
     assert s["inference"]["dead_actors"] == [] and s["actor_restarts"] == {}
 
 
 def test_mpiexec(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    job = run_mpi(3, ["-m", "archzoo", "run", "seed", "--run-dir", str(d), *SMOKE],
+    job = run_mpi(3, ["-m", "archzoo", "run", "seed", "--run-dir", str(d), *SHORT],
                   timeout_s=180)
     assert job.returncode == 0, describe(job)
     s = check(d, "mpi", 3)
