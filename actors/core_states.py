@@ -19,7 +19,7 @@ inputs of every T-th answered step of an actor are kept, in order, until its unr
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ import torch
 
 from archzoo.actors.unroll import CORE_FIELDS
 from archzoo.messages import Message
+from archzoo.nets import RecurrentCore, expect
 
 __all__ = ["CoreStates"]
 
@@ -38,11 +39,12 @@ class CoreStates:
     def __init__(self, model: torch.nn.Module, actors: list[int], num_envs: int,
                  unroll_length: int = 0) -> None:
         """``unroll_length`` > 0: keep where each unroll of T steps starts (GA3C)."""
-        self.prev_action_reward = bool(model.prev_action_reward)
+        core = expect(model, RecurrentCore)
+        self.prev_action_reward = bool(core.prev_action_reward)
         self.T = unroll_length
         self.steps = dict.fromkeys(actors, 0)  # steps answered since the actor's start
         self.starts: dict[int, deque[dict[str, np.ndarray]]] = {a: deque() for a in actors}
-        h, c = model.initial_state(num_envs)
+        h, c = core.initial_state(num_envs)
         self.h = {a: h.clone() for a in actors}
         self.c = {a: c.clone() for a in actors}
         self.prev_action = {a: torch.zeros(num_envs, dtype=torch.int64) for a in actors}
@@ -69,7 +71,7 @@ class CoreStates:
             self.steps[actor] += 1
         return h, c, first, pa, prev_reward
 
-    def answer(self, policy: Any, actors: list[int], reqs: list[Mapping[str, np.ndarray]]
+    def answer(self, policy: Any, actors: list[int], reqs: Sequence[Mapping[str, np.ndarray]]
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """One forward pass over the requests of ``actors`` (rows in that order), each env
         from its own state; the states move past the answered step. Returns what

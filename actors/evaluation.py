@@ -69,6 +69,7 @@ class GreedyEvaluator:
                 break
             if on_poll is not None and self._t % 100 == 99:
                 on_poll()
+            assert self._obs is not None, "an evaluation is under way (_start)"
             self._obs, r, term, trunc, _ = self.envs.step(act(self._obs))
             if hasattr(act, "observe"):  # a policy fed its previous reward (R2D2's core)
                 act.observe(r)

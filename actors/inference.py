@@ -138,7 +138,7 @@ class InferenceServer:
         batch = self.gather(on_poll)
         if not batch:
             return 0
-        reqs = [self.inbox.poll(p) for p in batch]
+        reqs = [self.inbox.take(p) for p in batch]  # gather's peers are ready
         t0 = time.perf_counter()
         if self.states is not None:  # every env from its own core state
             actions, logits, values, version = self.states.answer(self.policy, batch, reqs)
@@ -154,8 +154,9 @@ class InferenceServer:
             n = req["obs"].shape[0]
             rep = self._replies[p]
             try:  # the previous reply to p has arrived (p asked again), so its buffer is free
-                if self._sending[p] is not None:
-                    self.t.wait(self._sending[p])
+                pending = self._sending[p]
+                if pending is not None:
+                    self.t.wait(pending)
             except PeerFailure as e:
                 self._drop(p, e)
                 row += n

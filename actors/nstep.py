@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 @dataclass
@@ -46,7 +47,7 @@ class NStepAssembler:
     """
 
     def __init__(self, num_envs: int, n: int, gamma: float, obs_shape: tuple[int, ...],
-                 obs_dtype: np.dtype | type = np.float32) -> None:
+                 obs_dtype: DTypeLike = np.float32) -> None:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.E, self.n, self.gamma = num_envs, n, float(gamma)
@@ -94,7 +95,7 @@ class NStepAssembler:
         self._count[rows] += 1
 
         parts: list[tuple[np.ndarray, ...]] = []  # (env, obs, action, ret, next_obs, discount,
-        #                                            q_taken, next_value)
+        #                                            q_taken[, next_value])
         full = np.flatnonzero(valid & ~ended & (self._count == self.n))
         if len(full):  # emit the oldest item: R = Σ_{i<n} γ^i r_i, discount γ^n
             idx = (self._head[full, None] + np.arange(self.n)) % self.n
@@ -103,9 +104,10 @@ class NStepAssembler:
             for i in range(self.n):
                 ret = ret + self._pows[i] * rew[:, i]
             h = self._head[full]
+            nv = () if next_value is None else (next_value[full],)  # with values only
             parts.append((full, self._obs[full, h], self._act[full, h], ret,
                           next_obs[full], np.full(len(full), self._pows[self.n]),
-                          self._q[full, h], next_value[full] if values else None))
+                          self._q[full, h], *nv))
             self._head[full] = (h + 1) % self.n
             self._count[full] -= 1
         for e in np.flatnonzero(ended):  # emit everything pending, oldest first
@@ -120,9 +122,9 @@ class NStepAssembler:
                 disc = np.zeros(k)
             else:
                 disc = np.array([self._pows[k - j] for j in range(k)])
+            nv = () if next_value is None else (np.full(k, next_value[e]),)
             parts.append((np.full(k, e), self._obs[e, idx], self._act[e, idx], ret,
-                          np.repeat(next_obs[e][None], k, axis=0), disc, self._q[e, idx],
-                          np.full(k, next_value[e]) if values else None))
+                          np.repeat(next_obs[e][None], k, axis=0), disc, self._q[e, idx], *nv))
             self._head[e] = 0
             self._count[e] = 0
         return self._concat(parts, values)

@@ -180,8 +180,10 @@ class RemoteUnrollActor(UnrollActor):
         self.client.req["rewards"][:] = s.reward
         return s
 
-    def collect(self, msg: Message) -> None:
+    def collect(self, msg: Message, on_step: Callable[[], object] | None = None) -> None:
         self._first_version = None
-        super().collect(msg)
-        msg["version"][...] = self._first_version
-        self.version = self._first_version
+        super().collect(msg, on_step)
+        first = self._first_version
+        assert first is not None, "the unroll's first step was answered"
+        msg["version"][...] = first
+        self.version = first

@@ -74,7 +74,9 @@ class SegmentActor(UnrollActor):
         """Sample a ~ π(·|obs; θ′) for every env."""
         return super().act(obs)[0].astype(np.int64)
 
-    def collect(self) -> Segment:
+    # a segment actor shares UnrollActor's stepping, not its collect: it returns fresh
+    # segments of t_max steps instead of filling unroll messages
+    def collect(self) -> Segment:  # type: ignore[override]
         """The next t_max steps of every env, as a fresh :class:`Segment`."""
         T, E = self.T, self.E
         obs = np.empty((T + 1, E, *self.spec.obs_shape), dtype=self.spec.obs_dtype)

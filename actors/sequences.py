@@ -23,6 +23,7 @@ from archzoo.actors.unroll import CORE_FIELDS
 from archzoo.envs import EnvSpec
 from archzoo.learners.r2d2 import R2D2LossConfig, initial_sequence_priorities
 from archzoo.messages import Message
+from archzoo.nets import RecurrentQNetwork, expect
 from archzoo.policy import Policy
 from archzoo.replay.memory import FieldSpec
 
@@ -62,11 +63,11 @@ class SequenceActor(EnvActor):
         if not 1 <= period <= length:
             raise ValueError(f"the period between sequences must be in [1, {length}], "
                              f"got {period}")
-        self.model, self.eps, self.A = model, eps, spec.num_actions
+        self.model, self.eps, self.A = expect(model, RecurrentQNetwork), eps, spec.num_actions
         self.T, self.period, self.loss = length, period, loss
         self.finished: list[float] = []  # episode returns not yet reported
         self.steps = 0  # steps taken (of every env at once)
-        self.core_state = model.initial_state(num_envs)
+        self.core_state = self.model.initial_state(num_envs)
         self.first = np.ones(num_envs, np.bool_)
         self.prev_action = np.zeros(num_envs, np.int64)
         self.prev_reward = np.zeros(num_envs, np.float32)

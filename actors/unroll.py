@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypedDict
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
 from archzoo.actors.base import EnvActor, EnvStep
 from archzoo.envs import EnvSpec
-from archzoo.messages import Schema
+from archzoo.messages import Message, Schema
+from archzoo.nets import RecurrentCore, expect
 
 # Cumulative seconds the actor spent, carried in every unroll: env steps, inference.
 TIMING = ("env", "inference")
@@ -41,7 +44,7 @@ def unroll_schema(spec: EnvSpec, unroll_length: int, num_envs: int, core_size: i
     autoreset step, ``valid[t-1] == False``."""
     T, E = unroll_length, num_envs
     cap = E * (T // 2 + 1)  # an episode needs >= 1 step plus the masked autoreset step
-    core: list[tuple[str, object, tuple[int, ...]]] = []
+    core: list[tuple[str, DTypeLike, tuple[int, ...]]] = []
     if core_size:
         core = [("core_h0", np.float32, (E, core_size)), ("core_c0", np.float32, (E, core_size)),
                 ("first0", np.bool_, (E,))]
@@ -65,15 +68,21 @@ def unroll_schema(spec: EnvSpec, unroll_length: int, num_envs: int, core_size: i
     ])
 
 
-def core_inputs(b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+class CoreInputs(TypedDict):
+    """A recurrent core's inputs over an unroll's T+1 observations (:func:`core_inputs`)."""
+    first: torch.Tensor
+    prev_action: torch.Tensor | None
+    prev_reward: torch.Tensor | None
+
+
+def core_inputs(b: dict[str, torch.Tensor]) -> CoreInputs:
     """A batch of unrolls (time-major tensors, :func:`unroll_schema`'s core fields) as the
     inputs of ``RecurrentActorCritic.unroll`` over its T+1 observations: ``first`` [T+1, B]
     (x_0's from ``first0``, x_t's = not ``valid[t-1]``), and with the previous action and
     reward, ``prev_action`` and ``prev_reward`` [T+1, B] (step t-1's, step -1's from the
     unroll)."""
     first = torch.cat([b["first0"][None], ~b["valid"]], 0)  # [1 + T, B]
-    out: dict[str, torch.Tensor | None] = {"first": first, "prev_action": None,
-                                           "prev_reward": None}
+    out: CoreInputs = {"first": first, "prev_action": None, "prev_reward": None}
     if "prev_action0" in b:
         out["prev_action"] = torch.cat([b["prev_action0"][None], b["actions"]], 0)
         out["prev_reward"] = torch.cat([b["prev_reward0"][None], b["rewards"]], 0)
@@ -89,7 +98,7 @@ class UnrollActor(EnvActor):
     previous action and reward; each unroll records them as they were before its x_0."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, unroll_length: int,
-                 model: torch.nn.Module, seed: int) -> None:
+                 model: torch.nn.Module | None, seed: int) -> None:
         super().__init__(spec, num_envs, seed)
         self.T = unroll_length
         self.model = model
@@ -100,7 +109,7 @@ class UnrollActor(EnvActor):
     def reset_core(self) -> None:
         """Forget every env's memory: zero state, and the next observation counts as an
         episode's first (a resumed run's actor starts so: its core states were not saved)."""
-        self.core_state = self.model.initial_state(self.E)
+        self.core_state = expect(self._model(), RecurrentCore).initial_state(self.E)
         self.first = np.ones(self.E, np.bool_)
         self.prev_action = np.zeros(self.E, np.int64)
         self.prev_reward = np.zeros(self.E, np.float32)
@@ -131,17 +140,23 @@ class UnrollActor(EnvActor):
         t0 = time.perf_counter()
         with torch.no_grad():
             if self.recurrent:
-                logits, _, self.core_state = self.model(
+                logits, _, self.core_state = self._model()(
                     torch.from_numpy(obs), self.core_state, torch.from_numpy(self.first),
                     torch.from_numpy(self.prev_action), torch.from_numpy(self.prev_reward))
             else:
-                logits, _ = self.model(torch.from_numpy(obs))
+                logits, _ = self._model()(torch.from_numpy(obs))
         logits_np = logits.numpy()
         actions = self.sample(logits_np)
         self.inference_s += time.perf_counter() - t0
         return actions, logits_np
 
-    def collect(self, msg, on_step: Callable[[], None] | None = None) -> None:
+    def _model(self) -> torch.nn.Module:
+        """The local policy (an actor built without one overrides :meth:`act`)."""
+        if self.model is None:
+            raise TypeError(f"{type(self).__name__} has no local model to act with")
+        return self.model
+
+    def collect(self, msg: Message, on_step: Callable[[], object] | None = None) -> None:
         """Fill the unroll message ``msg`` with the next T steps of every env; ``on_step``
         runs after every step (an actor takes arriving parameters there, unloaded)."""
         self.start_clock()

@@ -16,7 +16,14 @@ from archzoo import eager, envs
 from archzoo.actors.sequences import SequenceActor, sequence_fields
 from archzoo.actors.transitions import TransitionActor
 from archzoo.actors.unroll import unroll_schema
-from archzoo.config import A2CRunConfig, ApexConfig, R2D2Config, RunConfig, VTraceConfig
+from archzoo.config import (
+    A2CRunConfig,
+    ApexConfig,
+    CoreFlags,
+    R2D2Config,
+    RunConfig,
+    VTraceConfig,
+)
 from archzoo.envs import EnvSpec
 from archzoo.learners.a2c import A2CConfig
 from archzoo.learners.dqn import DQNConfig, DQNLearner, QNetwork
@@ -29,6 +36,7 @@ from archzoo.messages import Schema
 from archzoo.model_shapes import core_size
 from archzoo.nets import ActorCritic, RecurrentActorCritic, RecurrentQNetwork
 from archzoo.paramserver import make_optimizer
+from archzoo.records import PolicyMeta
 from archzoo.replay.frames import FrameLayout
 from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay
 from archzoo.replay.server import insert_schema, memory_fields, reply_schema, request_schema
@@ -288,14 +296,14 @@ def replay_inserts(cfg: ApexConfig, spec: EnvSpec) -> Schema:
     return insert_schema(replay_items(cfg, spec), cfg.insert_capacity(), insert_name(cfg))
 
 
-def policy_meta(cfg: RunConfig, spec: EnvSpec) -> dict[str, Any]:
+def policy_meta(cfg: VTraceConfig | A2CRunConfig | ApexConfig, spec: EnvSpec) -> PolicyMeta:
     """What ``archzoo eval`` needs to rebuild the policy saved in policy.pt."""
-    meta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
+    meta: PolicyMeta = {"arch": cfg.arch, "env": spec.env_id, "obs_shape": list(spec.obs_shape),
             "obs_dtype": spec.obs_dtype, "num_actions": spec.num_actions,
             "hidden": cfg.hidden, "model": cfg.model, "env_kwargs": dict(spec.kwargs),
             "episodic_life": spec.episodic_life, "env_import": list(spec.imports)}
-    if cfg.builder is not None:  # the DQN family: a Q-network
+    if isinstance(cfg, ApexConfig) and cfg.builder is not None:  # the DQN family: a Q-net
         meta.update(dqn_builder(cfg).policy_meta())
-    if core(cfg)[0]:
+    if core(cfg)[0] and isinstance(cfg, CoreFlags):
         meta.update(core=cfg.core, core_prev_action_reward=cfg.core_prev_action_reward)
     return meta

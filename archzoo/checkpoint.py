@@ -102,7 +102,7 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     py_version, py_state, py_gauss = random.getstate()
     return {"torch": torch.get_rng_state(),
-            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)),
+            "numpy": {"kind": kind, "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
                       "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
             "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss}}
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from archzoo.errors import UsageError
 from archzoo.policy import Policy, load_policy
 from archzoo.video import Played
+
+if TYPE_CHECKING:
+    from archzoo.envs import EnvSpec
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -62,7 +66,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def play_at_once(policy: Policy, spec: object, episodes: int, seed: int,
+def play_at_once(policy: Policy, spec: str | EnvSpec, episodes: int, seed: int,
                  max_steps: int) -> Played:
     """``episodes`` episodes of ``spec``'s env played side by side, one env each (env k reset
     with seed ``seed + k``), with the policy's parameters fixed: one forward pass per step

@@ -222,7 +222,8 @@ def server_pid() -> int:
     from multiprocessing import forkserver
 
     forkserver.ensure_running()
-    return forkserver._forkserver._forkserver_pid  # noqa: SLF001 - multiprocessing's own
+    # multiprocessing's own private state, absent from typeshed's stubs
+    return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 def server_folder() -> str | None:
@@ -230,7 +231,7 @@ def server_folder() -> str | None:
     process, ``pymp-*``, which it removes at exit), or None where the socket has no file."""
     from multiprocessing import forkserver, util
 
-    address = forkserver._forkserver._forkserver_address  # noqa: SLF001
+    address = forkserver._forkserver._forkserver_address  # type: ignore[attr-defined]  # noqa: SLF001
     if not address or util.is_abstract_socket_namespace(address):
         return None
     return os.path.dirname(address)

@@ -40,7 +40,9 @@ CARTPOLE_NOVEL_ID = "archzoo/CartPoleNoVel-v1"
 KEEP = [0, 2]  # x and theta of CartPole's [x, x_dot, theta, theta_dot]
 
 
-def _kept_space(space: spaces.Box) -> spaces.Box:
+def _kept_space(space: gym.Space) -> spaces.Box:
+    if not isinstance(space, spaces.Box):
+        raise TypeError(f"CartPole observes a Box, got {space}")
     return spaces.Box(space.low[KEEP], space.high[KEEP], (len(KEEP),), np.float32)
 
 
@@ -87,15 +89,17 @@ class DropChannels(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env, drop: tuple[str, ...]) -> None:
         super().__init__(env)
-        channels = env.unwrapped.game.env.channels  # name -> index
+        channels = env.unwrapped.game.env.channels  # type: ignore[attr-defined]  # MinAtar's
         unknown = set(drop) - set(channels)
         if unknown:
             raise ValueError(f"no channel {sorted(unknown)} in {sorted(channels)}")
         self.keep = [i for n, i in sorted(channels.items(), key=lambda c: c[1])
                      if n not in drop]
-        h, w, _ = env.observation_space.shape
-        self.observation_space = spaces.Box(0, 1, (h, w, len(self.keep)),
-                                            env.observation_space.dtype)
+        space = env.observation_space
+        if not isinstance(space, spaces.Box):
+            raise TypeError(f"a MinAtar env observes a Box, got {space}")
+        h, w, _ = space.shape
+        self.observation_space = spaces.Box(0, 1, (h, w, len(self.keep)), space.dtype)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation[..., self.keep]

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -105,9 +105,10 @@ class MinAtarCNN(nn.Module):
         return self.fc(self.conv(x))
 
 
-TORSOS = {"nature-cnn": NatureCNN, "impala-cnn": ImpalaCNN,
-          "impala-cnn-no-residual": functools.partial(ImpalaCNN, blocks=0),
-          "minatar-cnn": MinAtarCNN}
+TORSOS: dict[str, Callable[[int, int, int], NatureCNN | ImpalaCNN | MinAtarCNN]] = {
+    "nature-cnn": NatureCNN, "impala-cnn": ImpalaCNN,
+    "impala-cnn-no-residual": functools.partial(ImpalaCNN, blocks=0),
+    "minatar-cnn": MinAtarCNN}
 
 
 class Torso(nn.Module):
@@ -155,8 +156,8 @@ def make_torso(model: str, obs_shape: tuple[int, ...], obs_dtype: str = "<f4",
         return Torso(body, obs_shape, obs_dtype, hidden, image=False)
     if model in TORSOS:
         h, w = image_hw(obs_shape)
-        body = TORSOS[model](image_channels(obs_shape), h, w)
-        return Torso(body, obs_shape, obs_dtype, body.out_dim, image=True)
+        cnn = TORSOS[model](image_channels(obs_shape), h, w)
+        return Torso(cnn, obs_shape, obs_dtype, cnn.out_dim, image=True)
     return _user_torso(model, obs_shape, obs_dtype, num_actions)
 
 
@@ -362,6 +363,16 @@ class RecurrentQNetwork(RecurrentCore):
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         h, state = self.core_unroll(obs, state, first, prev_action, prev_reward)
         return dueling(self.value(h).squeeze(-1), self.head(h)), state
+
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def expect(model: nn.Module, kind: type[M]) -> M:
+    """``model``, checked to be a ``kind`` (a role that needs a recurrent core, say)."""
+    if not isinstance(model, kind):
+        raise TypeError(f"expected a {kind.__name__} model, got {type(model).__name__}")
+    return model
 
 
 class Weights(Protocol):

@@ -12,9 +12,12 @@ light.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archzoo.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["Policy", "load_policy"]
 
@@ -107,6 +110,7 @@ def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Pol
     meta = saved["meta"]
     shape, dtype = tuple(meta["obs_shape"]), meta.get("obs_dtype", "<f4")
     model_name = meta.get("model", "mlp")
+    model: nn.Module
     try:
         if meta.get("core"):  # the IMPALA agent or R2D2's network
             core = (core_size(meta["core"], meta["hidden"]),

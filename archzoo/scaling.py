@@ -219,7 +219,7 @@ def predict(c: Costs, n: int, latency_s: float, *, topology: str = "star", fanou
         if link_Bps:
             bounds["root bandwidth"] = link_Bps / max(1e-12, c.root_in + out)
         x = min(bounds.values())
-        bound = min(bounds, key=bounds.get)
+        bound = min(bounds, key=lambda k: bounds[k])
         busiest = max((k for k in bounds if k != "actors"), key=lambda k: x / bounds[k],
                       default=None)
         if bound == "actors" and busiest and x / bounds[busiest] >= SATURATED:
@@ -421,9 +421,14 @@ def measure_forward(argv: list[str], sizes: tuple[int, ...] = (1, 2, 4, 8, 16),
     import torch
 
     from archzoo import builders
+    from archzoo.config import A2CRunConfig, VTraceConfig
+    from archzoo.nets import RecurrentActorCritic
     from archzoo.resolve import parse_run
 
     cfg = parse_run(["run", *argv])[0]
+    if not isinstance(cfg, VTraceConfig | A2CRunConfig):
+        raise ValueError(f"{cfg.arch}: the forward-pass model is an actor-critic's "
+                         "(IMPALA, SEED, GA3C, A3C, GALA)")
     spec = builders.env_spec(cfg)
     torch.set_num_threads(1)
     model = builders.actor_critic(cfg, spec)
@@ -439,7 +444,7 @@ def measure_forward(argv: list[str], sizes: tuple[int, ...] = (1, 2, 4, 8, 16),
             best = math.inf
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                if hasattr(model, "initial_state"):  # --core lstm: one step from a state
+                if isinstance(model, RecurrentActorCritic):  # --core lstm: one step from a state
                     model(x, model.initial_state(n), torch.zeros(n, dtype=torch.bool))
                 else:
                     model(x)

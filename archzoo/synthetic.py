@@ -98,6 +98,7 @@ class SyntheticEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
         n = obs_size(obs_bytes)
         self._w = hidden_map(n, num_actions, task_seed, context_dims)
         self._k = self._w.shape[0]
+        self._n = n  # observation size
         self.observation_space = spaces.Box(-1.0, 1.0, (n,), np.float32)
         self.action_space = spaces.Discrete(num_actions)
         self._obs: npt.NDArray[np.float32] | None = None
@@ -117,8 +118,7 @@ class SyntheticEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
               ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
         """New episode: fresh padding and context (no step cost)."""
         super().reset(seed=seed)
-        n = self.observation_space.shape[0]
-        self._obs = self.np_random.uniform(-1.0, 1.0, n).astype(np.float32)
+        self._obs = self.np_random.uniform(-1.0, 1.0, self._n).astype(np.float32)
         self._draw_context()
         return self._obs.copy(), {}
 
@@ -171,6 +171,7 @@ class SyntheticVectorEnv(VectorEnv[npt.NDArray[np.float32], npt.NDArray[np.int64
         n = obs_size(obs_bytes)
         self._w = hidden_map(n, num_actions, task_seed, context_dims)
         self._k = self._w.shape[0]
+        self._n = n  # observation size
         self.single_observation_space = spaces.Box(-1.0, 1.0, (n,), np.float32)
         self.single_action_space = spaces.Discrete(num_actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -194,7 +195,7 @@ class SyntheticVectorEnv(VectorEnv[npt.NDArray[np.float32], npt.NDArray[np.int64
               ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
         """Reset every env (no step cost)."""
         super().reset(seed=seed)
-        shape = (self.num_envs, self.single_observation_space.shape[0])
+        shape = (self.num_envs, self._n)
         self._obs = self.np_random.uniform(-1.0, 1.0, shape).astype(np.float32)
         self._draw_context()
         self.steps[:] = 0

@@ -63,7 +63,8 @@ class WandbRun:
         except (TypeError, ValueError):  # a wandb without one of the newer settings
             ws = wandb.Settings(silent=True, console="off")
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT),
-                              name=self.run_dir.name, dir=str(self.run_dir), mode=self.mode,
+                              name=self.run_dir.name, dir=str(self.run_dir),
+                              mode=self.mode,  # type: ignore[arg-type]  # wandb checks it
                               group=str(config.get("arch", "")) or None,
                               config=config, settings=ws)
         self.run.define_metric("env_steps")

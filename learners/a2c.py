@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archzoo.actors.unroll import core_inputs
+from archzoo.nets import RecurrentActorCritic
 
 __all__ = ["A2CConfig", "a2c_gradient", "a2c_loss", "n_step_returns"]
 
@@ -157,7 +158,7 @@ def a2c_gradient(model: nn.Module, segment, cfg: A2CConfig) -> tuple[np.ndarray,
         return torch.as_tensor(np.asarray(x))
 
     valid = t(segment.valid).bool()
-    if getattr(model, "recurrent", False):  # the core from the segment's initial state
+    if isinstance(model, RecurrentActorCritic):  # the core from the segment's initial state
         b = {**{k: t(v) for k, v in segment.core.items()}, "valid": valid,
              "actions": t(segment.actions), "rewards": t(segment.rewards)}
         x = core_inputs(b)

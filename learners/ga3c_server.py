@@ -160,7 +160,7 @@ class Ga3cServer:
         for p in requests.ready():
             if self.prediction_q.full():
                 break
-            req = requests.poll(p)
+            req = requests.take(p)
             ask = {k: req[k].copy() for k in ("obs", "first", "valid", "rewards")}
             self.prediction_q.put_nowait((p, int(req["seq"]), ask, time.perf_counter()))
             requests.release(p)
@@ -178,8 +178,9 @@ class Ga3cServer:
                 agent, seq, a, lg, v, version, batch_id, size = self.reply_q.get_nowait()
             except queue.Empty:
                 return moved
-            if sending[agent] is not None:
-                t.wait(sending[agent])
+            pending = sending[agent]
+            if pending is not None:
+                t.wait(pending)
             rep = replies[agent]
             rep["actions"][:], rep["logits"][:], rep["values"][:] = a, lg, v
             rep["seq"][...], rep["version"][...] = seq, version
@@ -195,7 +196,7 @@ class Ga3cServer:
         for p in unrolls.ready():
             if self.training_q.full():
                 break
-            msg, got = schema.new(), unrolls.poll(p)
+            msg, got = schema.new(), unrolls.take(p)
             for k in got:
                 msg[k][...] = got[k]
             unrolls.release(p)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from archzoo.actors.unroll import core_inputs
+from archzoo.actors.unroll import CoreInputs, core_inputs
 from archzoo.learners.dqn import DQNConfig, DQNLearner
 from archzoo.learners.schedule import Schedule
 from archzoo.nets import RecurrentQNetwork
@@ -112,7 +112,7 @@ def time_major(batch: Mapping[str, np.ndarray | Tensor], device: torch.device
     return out
 
 
-def _q_unroll(model: RecurrentQNetwork, b: dict[str, Tensor], ins: dict[str, Tensor | None],
+def _q_unroll(model: RecurrentQNetwork, b: dict[str, Tensor], ins: CoreInputs,
               lo: int, hi: int, state: tuple[Tensor, Tensor]
               ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """Q over observations x_lo..x_{hi−1} from ``state``."""
@@ -178,6 +178,9 @@ class R2D2Learner(DQNLearner):
     """The online and target recurrent Q-networks and the optimiser (Adam with ε 1e-3, as
     R2D2's Table 2); checkpoints, gradient clipping and target refreshes are the DQN
     learner's (learners/dqn.py)."""
+
+    model: RecurrentQNetwork
+    target: RecurrentQNetwork
 
     def __init__(self, model: RecurrentQNetwork, cfg: R2D2LossConfig, lr: float,
                  target_update_period: int, max_grad_norm: float,

@@ -19,7 +19,7 @@ from archzoo import eager
 from archzoo.actors.unroll import CORE_FIELDS, core_inputs
 from archzoo.learners.schedule import Schedule, TrainingBudget
 from archzoo.learners.vtrace import ImpalaLossConfig, impala_loss, loss_targets, step_loss
-from archzoo.nets import cpu_optimizer_state, cpu_state_dict
+from archzoo.nets import RecurrentActorCritic, cpu_optimizer_state, cpu_state_dict
 
 _FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "terminated", "truncated", "valid")
 
@@ -108,7 +108,7 @@ class VTraceLearner:
         its core over the T+1 observations from each unroll's initial state, resetting it
         where the actor did (:func:`archzoo.actors.unroll.core_inputs`)."""
         T1, B = b["obs"].shape[:2]
-        if getattr(self.model, "recurrent", False):
+        if isinstance(self.model, RecurrentActorCritic):
             x = core_inputs(b)
             logits, values, _ = self.model.unroll(b["obs"], (b["core_h0"], b["core_c0"]),
                                                   x["first"], x["prev_action"], x["prev_reward"])

@@ -47,6 +47,10 @@ class FlatOptimizer(Protocol):
 
     def step(self, params: Any, grad: Any) -> None: ...
 
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
 
 class _Elementwise:
     """State arrays created on the first step, sized like that slice."""

@@ -449,7 +449,7 @@ class ParamShard:
                 break
             if not self.serve():
                 self.t.idle(2e-4)
-            if deadline is not None and time.monotonic() > deadline:
+            if timeout_s is not None and deadline is not None and time.monotonic() > deadline:
                 active = ",".join(map(str, self.state.active())) or "-"
                 raise PeerTimeout(self.t.rank, active, "BYE from the parameter server's "
                                   "workers", timeout_s)

@@ -154,7 +154,10 @@ class UniformReplay:
         for k, v in state["frame_slots"].items():
             self._frames[k].slots[:n] = v.numpy()
         if state["pool"] is not None:
-            self.frame_pool.load_state_dict(state["pool"])
+            pool = self.frame_pool
+            if pool is None:
+                raise ValueError("the state has a frame pool, this memory keeps none")
+            pool.load_state_dict(state["pool"])
         self._item_ids[:n] = state["item_ids"].numpy()
         self._size, self._next_slot = n, int(state["next_slot"])
         self._next_id = int(state["next_id"])
@@ -203,7 +206,7 @@ class PrioritizedReplay(UniformReplay):
         seed: int = 0,
         beta_final: float | None = None,
         beta_steps: int = 0,
-        frames: tuple[tuple[str, ...], int | None] | None = None,
+        frames: FrameLayout | tuple | None = None,
     ) -> None:
         super().__init__(capacity, fields, seed, frames)
         if not alpha >= 0:

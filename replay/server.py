@@ -161,7 +161,7 @@ class ReplayServer:
             for p in self.inserts.ready():
                 if not (force or self.limiter.can_insert()):
                     break
-                n += insert(self.memory, self.inserts.poll(p))
+                n += insert(self.memory, self.inserts.take(p))
                 self.inserts.release(p)
         except PeerFailure as e:
             if e.peer not in self.inserts.peers:
@@ -215,9 +215,10 @@ class ReplayServer:
             r["item_ids"][:count] = s.item_ids
             r["p_alpha"][:count] = s.p_alpha if s.p_alpha is not None else 1.0
             self.limiter.sampled += count
-        prioritized = isinstance(m, PrioritizedReplay)
-        r["total"][...] = m.total() if prioritized else len(m)
-        r["min_p_alpha"][...] = m.min_p_alpha() if prioritized else 1.0
+        if isinstance(m, PrioritizedReplay):
+            r["total"][...], r["min_p_alpha"][...] = m.total(), m.min_p_alpha()
+        else:
+            r["total"][...], r["min_p_alpha"][...] = len(m), 1.0
         r["size"][...] = len(m)
         r["inserted"][...] = self.limiter.inserted
 
@@ -256,7 +257,9 @@ class ShardedReplayClient:
         self._req = {s: request_schema(batch_size).new() for s in self.shards}
         self._req_send = dict.fromkeys(self.shards)
         self._asked = dict.fromkeys(self.shards, 0)  # count requested, reply not yet taken
-        self._updates: dict[int, list[np.ndarray]] = {s: [] for s in self.shards}
+        # per shard: the (idx, item_ids, priorities) queued for its next request
+        self._updates: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
+            s: [] for s in self.shards}
         self._totals = dict.fromkeys(self.shards, 1.0)  # last known Σp^α per shard
         self.rng = np.random.default_rng(seed)
         self.size = 0
@@ -269,8 +272,9 @@ class ShardedReplayClient:
         counts = self.rng.multinomial(self.batch_size, probs if probs is not None
                                       else np.full(len(self.shards), 1 / len(self.shards)))
         for s, c in zip(self.shards, counts, strict=True):
-            if self._req_send[s] is not None:
-                self.t.wait(self._req_send[s], on_poll=on_poll)
+            pending = self._req_send[s]
+            if pending is not None:
+                self.t.wait(pending, on_poll=on_poll)
             msg = self._req[s]
             msg["count"][...] = c
             ups = self._updates[s]
@@ -366,7 +370,7 @@ class LocalReplayClient:
                      s.item_ids)
 
     def update_priorities(self, batch: Batch, priorities: np.ndarray) -> None:
-        if self.prioritized:
+        if isinstance(self.memory, PrioritizedReplay):  # self.prioritized
             self.memory.update_priorities(batch.idx, batch.item_ids, priorities)
 
     def drain(self) -> None:

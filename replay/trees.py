@@ -77,7 +77,7 @@ class SumTree(_SegmentTree):
     of two). Used to sample slot i with probability P(i) = p_i^α / Σ_k p_k^α (PER eq. 1)."""
 
     _identity = 0.0
-    _combine = staticmethod(np.add)
+    _combine = staticmethod(np.add)  # type: ignore[assignment]  # numpy's ufunc stubs
 
     def total(self) -> float:
         """Σ of all leaves, O(1)."""
@@ -118,7 +118,7 @@ class MinTree(_SegmentTree):
     """Segment tree of minima (empty leaves = +inf); gives min_i p_i^α for max_j w_j (PER §3.4)."""
 
     _identity = float("inf")
-    _combine = staticmethod(np.minimum)
+    _combine = staticmethod(np.minimum)  # type: ignore[assignment]  # numpy's ufunc stubs
 
     def min(self) -> float:
         """Minimum over all leaves (+inf when none was set), O(1)."""

@@ -204,9 +204,10 @@ def _checked(what: str, record: object) -> Architecture:
 def _remember_path(module: str) -> None:
     """Note the directory that ``module``'s top-level package was imported from."""
     top = sys.modules[module.split(".")[0]]
-    if getattr(top, "__file__", None):
-        path = Path(top.__file__).parent
-        path = path.parent if Path(top.__file__).name == "__init__.py" else path
+    file = getattr(top, "__file__", None)
+    if file:
+        path = Path(file).parent
+        path = path.parent if Path(file).name == "__init__.py" else path
     else:  # a namespace package (a directory without __init__.py)
         path = Path(next(iter(top.__path__))).parent
     if str(path) not in _USER_PATHS:

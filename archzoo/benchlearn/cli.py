@@ -180,7 +180,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     P.check_seeds(args.seeds, "tune")
     if _preset(args) is None:
         raise UsageError("tune chooses a preset: give --preset NAME")
-    setups = {a: tuning.tuning_setups(a, args.preset) for a in args.archs}
+    setups = {a: tuple(tuning.tuning_setups(a, args.preset)) for a in args.archs}
     todo = list(P.cells(args.archs, [args.game], {args.game: args.seeds}, setups))
     return run_cells(args, todo, "tune")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from archzoo.errors import UsageError
@@ -123,7 +123,7 @@ def check_seeds(seeds: Iterable[int], purpose: str) -> None:
 
 
 def cells(archs: Iterable[str], games: Iterable[str], seeds: dict[str, list[int]],
-          setups_of: dict[str, tuple[Setup, ...]]) -> Iterator[tuple[Setup, str, int]]:
+          setups_of: Mapping[str, Sequence[Setup]]) -> Iterator[tuple[Setup, str, int]]:
     """Seeds outermost, then games, then architectures, each architecture's setups one
     after the other within its seed: A s0, B s0, then the next architecture, ..., A s1."""
     archs, games = list(archs), list(games)

@@ -56,6 +56,13 @@ class Inbox:
         msg, req = self._slots[peer][0]
         return msg if req.test() else None
 
+    def take(self, peer: int) -> Message:
+        """:meth:`poll` of a peer that :meth:`ready` listed: its oldest arrived message."""
+        msg = self.poll(peer)
+        if msg is None:
+            raise RuntimeError(f"no {self.what} from rank {peer} has arrived (not ready)")
+        return msg
+
     def poll_at(self, peer: int, i: int) -> Message | None:
         """The ``i``-th oldest unreleased message from ``peer`` if it has arrived, else None
         (messages from one peer arrive in order, so the ``i-1`` older ones have too)."""
