@@ -12,7 +12,15 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from pathlib import Path
+    from types import ModuleType
+
+    from archzoo.policy import Policy
 
 __version__ = "0.1.0"
 __all__ = ["load_policy", "run"]
@@ -30,7 +38,8 @@ class _CheckoutComponents(importlib.abc.MetaPathFinder):
     pointed at: a second worktree on ``PYTHONPATH`` (a benchmark of two revisions) runs
     its own components, not the installed one's."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         pkg, _, name = fullname.partition(".")
         if pkg != __name__ or name not in COMPONENTS:
             return None
@@ -51,7 +60,7 @@ def run(arch: str, **flags: Any) -> dict[str, Any]:
     return api.run(arch, **flags)
 
 
-def load_policy(run_dir: Any, greedy: bool = False, seed: int = 0) -> Any:
+def load_policy(run_dir: str | Path, greedy: bool = False, seed: int = 0) -> Policy:
     """A finished run's policy, ready to act: see :func:`archzoo.policy.load_policy`."""
     from archzoo import policy
 

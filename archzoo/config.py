@@ -24,8 +24,8 @@ MODES = ("sync", "async")
 TOPOLOGIES = ("star", "tree", "butterfly", "ring", "native")
 
 
-def opt(default: Any, help: str, *, choices: tuple[str, ...] | None = None,  # noqa: A002
-        group: str | None = None, flag: bool = True, repeat: bool = False) -> Any:
+def opt(default: T, help: str, *, choices: tuple[str, ...] | None = None,  # noqa: A002
+        group: str | None = None, flag: bool = True, repeat: bool = False) -> T:
     """A config field: its default, its help text and (optionally) its allowed values.
     ``repeat``: a str field whose flag may be given several times (values joined by
     commas)."""
@@ -55,15 +55,15 @@ class Rules:
         if not ok and self.problem is None:
             self.problem = message
 
-    def at_least(self, cfg: Any, name: str, low: float) -> None:
+    def at_least(self, cfg: object, name: str, low: float) -> None:
         v = getattr(cfg, name)
         self.need(v >= low, f"{flag_name(name)} must be >= {low:g}, got {v}")
 
-    def positive(self, cfg: Any, name: str) -> None:
+    def positive(self, cfg: object, name: str) -> None:
         v = getattr(cfg, name)
         self.need(v > 0, f"{flag_name(name)} must be > 0, got {v}")
 
-    def within(self, cfg: Any, name: str, low: float, high: float) -> None:
+    def within(self, cfg: object, name: str, low: float, high: float) -> None:
         v = getattr(cfg, name)
         self.need(low <= v <= high, f"{flag_name(name)} must be in [{low:g}, {high:g}], got {v}")
 

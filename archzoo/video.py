@@ -27,11 +27,16 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
 from archzoo.policy import load_policy
+from archzoo.records import PolicyMeta
+
+if TYPE_CHECKING:
+    from archzoo.envs import EnvSpec
+    from archzoo.nets import Weights
 
 VIDEO_DIR = "videos"  # in the run directory
 MIN_SIDE = 160  # smaller frames (MinAtar's 10x10 grid) are scaled up by a whole factor
@@ -48,7 +53,14 @@ class Played:
     frames: int = 0
 
 
-def policy_env(meta: dict[str, Any]) -> Any:
+class VideoSummary(TypedDict):
+    """summary.json's ``videos`` (the run directory's, oldest first) and, if one failed,
+    ``video_error``."""
+    videos: list[str]
+    video_error: NotRequired[str]
+
+
+def policy_env(meta: dict[str, Any]) -> EnvSpec:
     """The :class:`archzoo.envs.EnvSpec` of the env a policy.pt was trained on (EnvError
     if it cannot be rebuilt)."""
     from archzoo.envs import env_spec
@@ -180,7 +192,7 @@ class Recorder:
     short leaves no file; summary.json's ``video_error`` says why."""
 
     def __init__(self, run_dir: Path, interval_s: float, seed: int,
-                 policy: Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+                 policy: Callable[[], tuple[Weights, PolicyMeta] | None]) -> None:
         self.dir = Path(run_dir) / VIDEO_DIR
         self.interval, self.seed, self.policy = interval_s, seed, policy
         self.next_t = time.monotonic() + interval_s
@@ -261,7 +273,7 @@ class Recorder:
         file (the run's summary lists only the videos already made)."""
         self._stop(0, "stopped with the run")
 
-    def finish(self, policy_file: Path, env_steps: int) -> dict[str, Any]:
+    def finish(self, policy_file: Path, env_steps: int) -> VideoSummary:
         """The end of the run: wait for the background video, film the final policy;
         summary.json's ``videos`` (the run directory's, oldest first), and
         ``video_error`` if one failed."""
@@ -276,9 +288,9 @@ class Recorder:
             self.errors.append(f"{out.name}: {type(e).__name__}: {e}")
         return self.summary()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> VideoSummary:
         """summary.json's ``videos`` and, if one failed, ``video_error``."""
-        s: dict[str, Any] = {"videos": self.videos()}
+        s: VideoSummary = {"videos": self.videos()}
         if self.errors:
             s["video_error"] = "; ".join(self.errors)
         return s

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -35,7 +34,7 @@ from archzoo.paramserver.shard import (
 )
 
 
-def clip_grad_norm(grad: Any, max_norm: float) -> float:
+def clip_grad_norm(grad: object, max_norm: float) -> float:
     """Scale ``grad`` (flat, in place) so its global L2 norm is at most ``max_norm``, like
     ``torch.nn.utils.clip_grad_norm_``; returns the norm before clipping. Clipping is the
     client's business: the norm is over the whole vector, which no shard sees."""
@@ -95,7 +94,7 @@ class PSClient:
         self.pulls += 1
         self._awaiting = True
 
-    def push(self, grad: Any, versions: Sequence[int] | np.ndarray | None = None) -> None:
+    def push(self, grad: object, versions: Sequence[int] | np.ndarray | None = None) -> None:
         """Send the gradient of the loss, split by shard, to every shard at once.
 
         ``versions``: per shard, the version the gradient was computed on; by default the
@@ -149,7 +148,8 @@ class PSClient:
         self.pull()
         return self.wait_params(timeout_s)
 
-    def exchange(self, grad: Any, timeout_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def exchange(self, grad: object,
+                 timeout_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Push a gradient computed on the last parameters received and wait for the reply."""
         self.push(grad)
         return self.wait_params(timeout_s)

@@ -27,16 +27,17 @@ import numpy as np
 F32 = np.float32
 
 
-def as_f32(x: Any, what: str = "array") -> np.ndarray:
+def as_f32(x: object, what: str = "array") -> np.ndarray:
     """A float32 numpy view of ``x`` (numpy array or CPU torch tensor), never a copy."""
-    if not isinstance(x, np.ndarray):
-        if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor (CPU)
-            x = x.detach().numpy()
-        else:
-            raise TypeError(f"{what}: expected a numpy array or torch tensor, got {type(x)}")
-    if x.dtype != np.float32:
-        raise TypeError(f"{what}: expected float32, got {x.dtype}")
-    return x
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor (CPU)
+        arr = np.asarray(x.detach().numpy())  # the tensor's own array: no copy
+    else:
+        raise TypeError(f"{what}: expected a numpy array or torch tensor, got {type(x)}")
+    if arr.dtype != np.float32:
+        raise TypeError(f"{what}: expected float32, got {arr.dtype}")
+    return arr
 
 
 class FlatOptimizer(Protocol):
@@ -45,7 +46,7 @@ class FlatOptimizer(Protocol):
     steps: int
     lr: np.float32
 
-    def step(self, params: Any, grad: Any) -> None: ...
+    def step(self, params: object, grad: object) -> None: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -59,7 +60,7 @@ class _Elementwise:
         self.steps = 0
         self.size: int | None = None
 
-    def _check(self, params: Any, grad: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _check(self, params: object, grad: object) -> tuple[np.ndarray, np.ndarray]:
         p, g = as_f32(params, "params"), as_f32(grad, "grad")
         if p.shape != g.shape or p.ndim != 1:
             raise ValueError(f"params {p.shape} and grad {g.shape} must be equal 1-D slices")
@@ -119,7 +120,7 @@ class SharedRMSProp(_Elementwise):
         self._tmp = np.empty(n, F32)
         self._num = np.empty(n, F32)
 
-    def step(self, params: Any, grad: Any) -> None:
+    def step(self, params: object, grad: object) -> None:
         p, g = self._check(params, grad)
         s, tmp, num = self.square_avg, self._tmp, self._num
         np.multiply(g, g, out=tmp)
@@ -173,7 +174,7 @@ class Adam(_Elementwise):
     def bias_corrections(self, t: int) -> tuple[np.float32, np.float32]:
         return F32(1.0 - self.beta1 ** t), F32(1.0 - self.beta2 ** t)
 
-    def step(self, params: Any, grad: Any) -> None:
+    def step(self, params: object, grad: object) -> None:
         p, g = self._check(params, grad)
         m, v, tmp, num = self.exp_avg, self.exp_avg_sq, self._tmp, self._num
         c1, c2 = self.bias_corrections(self.steps + 1)

@@ -160,7 +160,7 @@ class ShardState:
     it was computed on (None if forgotten).
     """
 
-    def __init__(self, params: Any, optimizer: FlatOptimizer, workers: Iterable[int],
+    def __init__(self, params: object, optimizer: FlatOptimizer, workers: Iterable[int],
                  mode: str = "async", drop: int = 0, staleness: int | None = None,
                  record: bool = False, rank: int = -1, version: int = 0) -> None:
         p = as_f32(params, "params")
@@ -343,7 +343,7 @@ class ParamShard:
     and gradient, applies them by the mode's rule and starts the replies.
     """
 
-    def __init__(self, transport: Transport, params: Any, workers: Sequence[int],
+    def __init__(self, transport: Transport, params: object, workers: Sequence[int],
                  optimizer: FlatOptimizer, tags: PSTags, *, mode: str = "async", drop: int = 0,
                  staleness: int | None = None, round_timeout_s: float | None = None,
                  record: bool = False) -> None:

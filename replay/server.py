@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from archzoo.comm import Inbox, Message, PeerFailure, Request, Schema, Transport
 from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay, importance_weights
@@ -23,7 +23,7 @@ from archzoo.replay.memory import FieldSpec, PrioritizedReplay, UniformReplay, i
 TRANSITION_FIELDS = ("obs", "action", "ret", "next_obs", "discount", "version")
 
 
-def memory_fields(obs_shape: tuple[int, ...], obs_dtype: Any = np.float32) -> FieldSpec:
+def memory_fields(obs_shape: tuple[int, ...], obs_dtype: DTypeLike = np.float32) -> FieldSpec:
     """An n-step transition's fields; observations are stored in their own dtype (uint8
     frames stay uint8). ``version`` is the parameters' version the actor acted with: the
     learner's version when it samples the item, minus it, is the item's replay lag."""
@@ -33,7 +33,7 @@ def memory_fields(obs_shape: tuple[int, ...], obs_dtype: Any = np.float32) -> Fi
             "discount": ((), np.dtype(np.float32)), "version": ((), np.dtype(np.int64))}
 
 
-def item_fields(items: tuple[int, ...] | FieldSpec, obs_dtype: Any = np.float32) -> FieldSpec:
+def item_fields(items: tuple[int, ...] | FieldSpec, obs_dtype: DTypeLike = np.float32) -> FieldSpec:
     """What a replay stores per item: ``items`` itself when it is a :data:`FieldSpec`
     (R2D2's sequences), else n-step transitions of observations of shape ``items``."""
     return dict(items) if isinstance(items, dict) else memory_fields(tuple(items), obs_dtype)
@@ -59,7 +59,7 @@ def request_schema(batch_size: int) -> Schema:
 
 
 def reply_schema(items: tuple[int, ...] | FieldSpec, batch_size: int,
-                 obs_dtype: Any = np.float32) -> Schema:
+                 obs_dtype: DTypeLike = np.float32) -> Schema:
     """Shard -> learner: the samples (:func:`item_fields`), their slots and p^α, and the
     shard's totals."""
     return Schema("sample_reply", [
@@ -131,7 +131,8 @@ class ReplayServer:
     def __init__(self, transport: Transport, memory: UniformReplay,
                  items: tuple[int, ...] | FieldSpec, actors: Sequence[int],
                  learners: int | Sequence[int], insert_cap: int, batch_size: int,
-                 limiter: RateLimiter, tags: tuple[int, int, int], obs_dtype: Any = np.float32,
+                 limiter: RateLimiter, tags: tuple[int, int, int],
+                 obs_dtype: DTypeLike = np.float32,
                  insert_name: str = "transitions") -> None:
         """``items``: the items' fields, or the observation shape of n-step transitions
         (:func:`item_fields`); ``insert_name`` names the actors' message."""
@@ -245,7 +246,7 @@ class ShardedReplayClient:
     def __init__(self, transport: Transport, shards: Sequence[int],
                  items: tuple[int, ...] | FieldSpec, batch_size: int,
                  beta: float | Callable[[], float], prioritized: bool,
-                 tags: tuple[int, int], seed: int = 0, obs_dtype: Any = np.float32) -> None:
+                 tags: tuple[int, int], seed: int = 0, obs_dtype: DTypeLike = np.float32) -> None:
         tag_request, tag_reply = tags
         self.t, self.shards, self.batch_size = transport, list(shards), batch_size
         self.beta = beta if callable(beta) else (lambda b=beta: b)

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from archzoo import config as C
 from archzoo.architectures.rolemap import (
@@ -40,6 +40,10 @@ from archzoo.architectures.rolemap import (
     play,
 )
 
+if TYPE_CHECKING:
+    from archzoo.harness.protocol import RankContext
+    from archzoo.records import Summary
+
 __all__ = ["ACTORS", "ARCHITECTURES", "ArchModule", "Architecture", "Placement", "Role",
            "RoleMap", "STAR", "actors_for", "dir_name", "get", "installed", "load", "names",
            "placement", "play", "user_paths", "world_size"]
@@ -48,7 +52,7 @@ __all__ = ["ACTORS", "ARCHITECTURES", "ArchModule", "Architecture", "Placement",
 class ArchModule(Protocol):
     """What an architecture module provides: one entry point for every rank."""
 
-    def run(self, ctx: Any) -> dict[str, Any] | None: ...
+    def run(self, ctx: RankContext[C.RunConfig]) -> Summary | None: ...
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import numpy as np
 
 from archzoo import builders, harness
 from archzoo.actors.segment import SegmentActor
+from archzoo.comm import Transport
 from archzoo.config import A3CConfig
 from archzoo.envs import EnvSpec
 from archzoo.harness import RankContext
@@ -116,7 +117,7 @@ class Worker:
         self.opt.load_state_dict(state["optimizer"])
         set_flat(self.model, self.params)
 
-    def share_resumed(self, t: Any) -> None:
+    def share_resumed(self, t: Transport) -> None:
         """``--resume``: rank 0 loaded the checkpoint; every rank takes its parameters,
         update count and optimizer state (native broadcasts), so the copies are equal again."""
         head = np.array([self.updates, self.opt.steps, self.opt.size or 0], np.int64)
@@ -133,7 +134,7 @@ class Worker:
         """A checksum of this copy of the parameters (every rank's must be equal)."""
         return zlib.crc32(self.params.tobytes())
 
-    def timing(self, t: Any) -> dict[str, float]:
+    def timing(self, t: Transport) -> dict[str, float]:
         self.actor.close()
         return {"env": self.actor.env_s, "inference": self.actor.inference_s,
                 **self.timers.s, "wait": t.wait_s}

@@ -24,7 +24,7 @@ the remaining ranks are actors. R2D2 plays the same roles with its own parts
 
 from __future__ import annotations
 
-from typing import Any
+from torch import nn
 
 from archzoo import builders, harness
 from archzoo.architectures.rolemap import placement, play
@@ -56,7 +56,7 @@ def run(ctx: RankContext[ApexConfig]) -> Summary | None:
     return play(ctx, run_single_dqn, learner=run_learner, shard=run_shard, actor=run_actor)
 
 
-def _digests(cfg: ApexConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
+def _digests(cfg: ApexConfig, spec: EnvSpec, model: nn.Module | None = None) -> dict[str, str]:
     model = builders.q_network(cfg, spec) if model is None else model
     return builders.replay_digests(cfg, spec, num_params(model))
 

@@ -33,7 +33,7 @@ from archzoo.actors.inference import inference_summary
 from archzoo.actors.remote import LocalPolicyClient, PolicyClient, RemoteUnrollActor, new_run_id
 from archzoo.actors.unroll import unroll_schema
 from archzoo.architectures.rolemap import placement, play
-from archzoo.comm import Inbox, Request
+from archzoo.comm import Inbox, Message, Request
 from archzoo.comm.sender import DoubleBuffer
 from archzoo.config import Ga3cConfig
 from archzoo.envs import EnvSpec
@@ -177,7 +177,7 @@ def run_single(ctx: RankContext[Ga3cConfig], spec: EnvSpec) -> Summary:
         agent = RemoteUnrollActor(spec, E, cfg.unroll_length, client,
                                   harness.actor_seed(cfg.seed, 0))
 
-        def collect(msg: Any) -> None:
+        def collect(msg: Message) -> None:
             agent.collect(msg)
             if states is not None:
                 states.unroll_start(0, msg)

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
 
 import numpy as np
+from torch import nn
 
 from archzoo import builders, harness
 from archzoo.architectures.rolemap import placement, play
@@ -61,13 +61,14 @@ def applied(cfg: GorilaConfig) -> str:
             f"{describe_broadcast(cfg.topology_name, cfg.fanout, 'async')}; {STREAMS}")
 
 
-def _digests(cfg: GorilaConfig, spec: EnvSpec, model: Any = None) -> dict[str, str]:
+def _digests(cfg: GorilaConfig, spec: EnvSpec,
+             model: nn.Module | None = None) -> dict[str, str]:
     n = num_params(builders.q_network(cfg, spec) if model is None else model)
     return {**builders.replay_digests(cfg, spec, n),
             **{s.name: s.digest() for s in ps_schemas(n)}}
 
 
-def _pull(ps: PSClient, model: Any) -> np.ndarray:
+def _pull(ps: PSClient, model: nn.Module) -> np.ndarray:
     """The server's parameters into ``model``; returns every shard's version."""
     params, versions = ps.sync()
     set_flat(model, params)

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from archzoo.config import RunConfig
     from archzoo.envs import EnvSpec
     from archzoo.harness.protocol import RankContext
 
 ACTORS = "actors"  # a role's count: as many ranks as --actors
 
+# a function takes its architecture's own config class, so its parameter stays untyped
+# (a function of an ImpalaConfig is no function of every RunConfig)
 Count = int | str | Callable[[Any], int]
 
 
@@ -54,7 +57,7 @@ class Role:
         """Whether this role is the actors': as many ranks as ``--actors``."""
         return self.count == ACTORS
 
-    def ranks(self, cfg: Any) -> int:
+    def ranks(self, cfg: RunConfig) -> int:
         """How many ranks play this role under ``cfg`` (not for the scaling role)."""
         if isinstance(self.count, int):
             return self.count
@@ -102,19 +105,19 @@ class RoleMap(tuple[Role, ...]):
             raise ValueError(f"role names repeat in {names}")
         return super().__new__(cls, roles)
 
-    def others(self, cfg: Any) -> int:
+    def others(self, cfg: RunConfig) -> int:
         """Ranks that do not scale with ``--actors`` (servers, learners, shards...)."""
         return sum(r.ranks(cfg) for r in self if not r.scales)
 
-    def world_size(self, cfg: Any, actors: int) -> int:
+    def world_size(self, cfg: RunConfig, actors: int) -> int:
         """Processes for ``actors`` actors; ``--actors 0`` is one process."""
         return self.others(cfg) + actors if actors > 0 else 1
 
-    def actors_for(self, cfg: Any, world_size: int) -> int:
+    def actors_for(self, cfg: RunConfig, world_size: int) -> int:
         """Actors in a world of ``world_size`` processes (the inverse of world_size)."""
         return world_size - self.others(cfg)
 
-    def place(self, cfg: Any, world_size: int) -> Placement:
+    def place(self, cfg: RunConfig, world_size: int) -> Placement:
         """Each role's ranks in a world of ``world_size`` processes, in rank order."""
         actors = self.actors_for(cfg, world_size)
         if actors < 1:
@@ -158,17 +161,20 @@ class RoleMap(tuple[Role, ...]):
 STAR = RoleMap(Role("learner"), Role("actor", ACTORS))  # IMPALA's: rank 0 learns
 
 
-def placement(ctx: RankContext) -> Placement:
+def placement(ctx: RankContext[RunConfig]) -> Placement:
     """Each role's ranks in ``ctx``'s world, from its architecture's role map."""
     from archzoo.architectures import get
 
     return get(ctx.cfg.arch).roles.place(ctx.cfg, ctx.world_size)
 
 
-RoleFn = Callable[["RankContext", "EnvSpec"], Any]
+Cfg = TypeVar("Cfg", bound="RunConfig")
+S = TypeVar("S")  # what a role returns: the summary on the deciding rank, else None
+RoleFn = Callable[["RankContext[Cfg]", "EnvSpec"], S]
 
 
-def play(ctx: RankContext, single: RoleFn | None, **roles: RoleFn) -> Any:
+def play(ctx: RankContext[Cfg], single: RoleFn[Cfg, S] | None,
+         **roles: RoleFn[Cfg, S]) -> S:
     """Every rank's dispatch: ``single(ctx, spec)`` when it is alone (``--actors 0``), else
     ``roles[name](ctx, spec)`` for the role its rank plays in the role map (which ranks
     play the others: :func:`placement`). Returns what that returns (the summary, on the

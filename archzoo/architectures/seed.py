@@ -25,8 +25,6 @@ than gloo's here (docs/seed.md).
 
 from __future__ import annotations
 
-from typing import Any
-
 from archzoo import builders, harness
 from archzoo.actors.action_log import ActionLog, catch_up
 from archzoo.actors.batched_policy import BatchedPolicy, reply_schema, request_schema
@@ -34,6 +32,7 @@ from archzoo.actors.core_states import CoreStates
 from archzoo.actors.inference import InferenceServer, inference_summary
 from archzoo.actors.remote import LocalPolicyClient, PolicyClient, SeedActor, new_run_id
 from archzoo.architectures.rolemap import placement, play
+from archzoo.comm import Schema
 from archzoo.comm.base import Backoff
 from archzoo.config import SeedConfig
 from archzoo.envs import EnvSpec
@@ -90,7 +89,7 @@ def run_single(ctx: RankContext[SeedConfig], spec: EnvSpec) -> Summary:
                       timers=timers, extra={"inference": inference_summary(None, client)})
 
 
-def _schemas(spec: EnvSpec, cfg: SeedConfig) -> tuple[Any, Any, dict[str, str]]:
+def _schemas(spec: EnvSpec, cfg: SeedConfig) -> tuple[Schema, Schema, dict[str, str]]:
     """The request and reply messages, and their digests for the start-up check."""
     req_s, rep_s = request_schema(spec, cfg.envs_per_actor), reply_schema(spec, cfg.envs_per_actor)
     return req_s, rep_s, {"request": req_s.digest(), "reply": rep_s.digest()}

@@ -42,12 +42,12 @@ Times = dict[str, dict[str, float]]  # summary.json's time_breakdown_s: part -> 
 class Stateful(Protocol):
     """A part of a run that a checkpoint keeps (a learner, a replay memory, ...); one with
     a true ``optional`` attribute may be missing from a checkpoint it resumes from. Its
-    state is what torch.save pickles: tensors, arrays, numbers, nested dicts (Any: each
-    part reads its own back)."""
+    state is what torch.save pickles: tensors, arrays, numbers, nested dicts, which each
+    part reads back itself (so their values are left untyped)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+    def load_state_dict(self, state: dict[str, Any]) -> object: ...
 
 
 @dataclass

@@ -11,11 +11,11 @@ it, :class:`~archzoo.harness.survivors.Survivors`) and the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from torch import nn
 
 from archzoo.checkpoint import OwnCheckpoint
 from archzoo.comm import Message
@@ -24,7 +24,10 @@ from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import RootRun, leaf, root
 from archzoo.nets import get_flat, num_params, set_flat
 from archzoo.paramserver import ParamShard, shard_bounds
+from archzoo.paramserver.optim import FlatOptimizer
+from archzoo.records import LeafStats, PolicyMeta, Summary
 from archzoo.tags import PS_TAGS, TAG_FINAL_PARAMS
+from archzoo.topology.broadcast import ParamsBroadcast
 from archzoo.topology.star import params_schema
 
 
@@ -38,30 +41,35 @@ class ShardRun:
     shard: ParamShard
     shards: list[int]
 
-    def finish(self, model: Any, meta: dict[str, Any], extra: dict[str, Any] | None = None,
-               **kw: Any) -> dict[str, Any]:
+    def finish(self, model: nn.Module, meta: PolicyMeta,
+               extra: Mapping[str, object] | None = None, *, topology: str | None = None,
+               applied: str = "", role: str | Callable[[int], str] = "actor") -> Summary:
         """The server's final parameters into ``model``, then :meth:`RootRun.finish` with
         the shards' counters (``ps_shards``, ``ps``, ``final_params_version``) in ``extra``."""
         set_flat(model, self.final["params"])
         extra = {"ps_shards": len(self.shards),
                  "ps": shard_stats(self.shard, self.shards, self.run.byes),
                  "final_params_version": int(self.final["version"]), **(extra or {})}
-        return self.run.finish(model, self.shard.version, meta=meta, extra=extra, **kw)
+        return self.run.finish(model, self.shard.version, meta=meta, extra=extra,
+                               topology=topology, applied=applied, role=role)
 
 
-def param_shard(ctx: RankContext[RunConfig], model: Any, shards: list[int], workers: list[int],
-                optimizer: Any, **kw: Any) -> ParamShard:
+def param_shard(ctx: RankContext[RunConfig], model: nn.Module, shards: list[int],
+                workers: list[int], optimizer: FlatOptimizer, *, mode: str = "async",
+                drop: int = 0, staleness: int | None = None) -> ParamShard:
     """This rank's slice of ``model``'s parameters (every shard builds the same model),
-    served to ``workers`` with ``optimizer``; ``kw``: as :class:`ParamShard`'s."""
+    served to ``workers`` with ``optimizer``; ``mode``, ``drop``, ``staleness``: as
+    :class:`ParamShard`'s."""
     flat = np.zeros(num_params(model), np.float32)
     get_flat(model, flat)
     lo, hi = shard_bounds(len(flat), len(shards))[shards.index(ctx.rank)]
-    return ParamShard(ctx.net, flat[lo:hi], workers, optimizer, PS_TAGS, **kw)
+    return ParamShard(ctx.net, flat[lo:hi], workers, optimizer, PS_TAGS, mode=mode, drop=drop,
+                      staleness=staleness)
 
 
-def run_shards(ctx: RankContext[RunConfig], shard: ParamShard, digests: dict[str, str], model: Any,
-               meta: dict[str, Any], shards: list[int], actors: list[int],
-               eval_window: int | None = None, publisher: Any = None,
+def run_shards(ctx: RankContext[RunConfig], shard: ParamShard, digests: dict[str, str],
+               model: nn.Module, meta: PolicyMeta, shards: list[int], actors: list[int],
+               eval_window: int | None = None, publisher: ParamsBroadcast | None = None,
                publish_every: int = 1, lag_from: str = "gradients") -> ShardRun | None:
     """Serve this rank's slice until the stop; on shard 0 return the run's outcome.
 
@@ -93,7 +101,7 @@ def run_shards(ctx: RankContext[RunConfig], shard: ParamShard, digests: dict[str
     reqs = {r: t.irecv(m.buffer, r, TAG_FINAL_PARAMS, "final parameters")
             for r, m in slices.items()}
 
-    def policy() -> Any:  # the server's parameters in the model
+    def policy() -> nn.Module:  # the server's parameters in the model
         set_flat(model, shard.params)
         return model
 
@@ -150,7 +158,7 @@ def _serve_slice(ctx: RankContext[RunConfig], shard: ParamShard, digests: dict[s
         t.wait(t.isend(mine.buffer, 0, TAG_FINAL_PARAMS, "final parameters"))
 
 
-def _publishing(run: RootRun, shard: ParamShard, publisher: Any,
+def _publishing(run: RootRun, shard: ParamShard, publisher: ParamsBroadcast,
                 publish_every: int) -> tuple[Callable[[], bool], Callable[[], None]]:
     """``serve`` and ``outstanding`` for a shard that also pushes its parameters down the
     actors' broadcast every ``publish_every`` versions (and its final version too)."""
@@ -198,7 +206,8 @@ class SliceCheckpoint:
         self.file.save({"ps": self.shard.state_dict()})
 
 
-def shard_stats(shard: ParamShard, shards: list[int], byes: dict[int, Any]) -> dict[str, Any]:
+def shard_stats(shard: ParamShard, shards: list[int],
+                byes: Mapping[int, LeafStats]) -> dict[str, dict[str, int]]:
     """summary.json's "ps": every shard's counters."""
     return {"0": shard.stats.as_dict(), **{str(r): byes[r]["ps"] for r in shards[1:]}}
 

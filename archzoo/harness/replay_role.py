@@ -11,6 +11,7 @@ where nothing else it sends reaches rank 0 (Gorila's replay memory).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from archzoo import builders
@@ -112,6 +113,6 @@ class LearnerReplay:
         self.take_inserts(force=True)
 
 
-def replay_summary(byes: dict[int, Any], ranks: list[int]) -> dict[str, Any]:
+def replay_summary(byes: Mapping[int, LeafStats], ranks: list[int]) -> dict[str, dict[str, int]]:
     """summary.json's ``replay``: each replay rank's counters, from its BYE."""
     return {str(r): byes.get(r, {}).get("replay", {}) for r in ranks}

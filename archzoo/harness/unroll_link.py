@@ -22,10 +22,9 @@ chosen topology.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import TracebackType
-from typing import Any
 
 import numpy as np
 from torch import nn
@@ -36,12 +35,14 @@ from archzoo.comm import Inbox, Message, PeerTimeout, Schema
 from archzoo.comm.base import Backoff
 from archzoo.config import ImpalaConfig
 from archzoo.envs import EnvSpec
+from archzoo.harness.finish import Stateful
 from archzoo.harness.protocol import RankContext
 from archzoo.harness.roles import RootRun, open_root
 from archzoo.harness.stats import account_unroll
 from archzoo.harness.survivors import Survivors
 from archzoo.learners.vtrace_learner import VTraceLearner
 from archzoo.nets import get_flat, num_params
+from archzoo.records import Summary
 from archzoo.runlog import Timers
 from archzoo.tags import TAG_ACTIONS, TAG_PARAMS, TAG_TOPOLOGY, TAG_UNROLL
 from archzoo.topology.broadcast import ParamsBroadcast, describe_broadcast
@@ -87,7 +88,7 @@ class LearnerLink:
     """
 
     def __init__(self, ctx: RankContext[ImpalaConfig], spec: EnvSpec, learner: VTraceLearner,
-                 parts: dict[str, Any] | None = None) -> None:
+                 parts: dict[str, Stateful] | None = None) -> None:
         cfg, t = ctx.cfg, ctx.net
         self.ctx, self.cfg, self.spec, self.learner = ctx, cfg, spec, learner
         self.parts = parts or {}
@@ -256,7 +257,7 @@ class LearnerLink:
             if self.cfg.mode == "sync":
                 self.publisher.wait_all()  # every actor waits for exactly this version
 
-    def finish(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def finish(self, extra: Mapping[str, object] | None = None) -> Summary:
         """After the ``with``: the last metrics row, summary.json (the link's counters, plus
         ``extra``) and policy.pt (the learner's); returns the summary."""
         run, t, learner = self.run, self.ctx.net, self.learner
