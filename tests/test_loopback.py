@@ -50,6 +50,16 @@ def test_a_deadline_passes_when_the_clock_is_moved_past_it() -> None:
     assert group.transports[0].wait_s == pytest.approx(60.1)  # waits are timed on the clock
 
 
+def test_a_wait_whose_deadline_has_come_ends_on_a_stopped_clock() -> None:
+    """A wait of 0 s (what is left of a deadline that has come) ends at once, also while the
+    clock stands still: handshake_root's wait for the last leaf, after a late HELLO of
+    another, hung on it (the deadline passed only once the clock moved past it)."""
+    group = LoopbackGroup(2, clock=ManualClock(start=3.0), timeout_s=60)
+    waiter = group.start(0, lambda t: t.recv(np.zeros(2), 1, 7, "the reply", timeout_s=0.0))
+    e = waiter.failure()
+    assert isinstance(e, PeerTimeout) and (e.peer, e.what) == (1, "the reply"), repr(e)
+
+
 def _timed_out(world: int, rank: int, role, timeout_s: float) -> str:
     """What ``role`` on ``rank`` raises once the clock passes ``timeout_s``; the other ranks
     stay silent."""

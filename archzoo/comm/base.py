@@ -168,7 +168,7 @@ class Transport(ABC):
             while not req.test():
                 if on_poll is not None:
                     on_poll()
-                if self.now() > deadline:
+                if self.now() >= deadline:  # a deadline that has come: a stopped clock too
                     raise PeerTimeout(self.rank, req.peer, req.what, deadline - t0,
                                       getattr(req, "direction", "from"))
                 backoff.pause()
@@ -187,7 +187,7 @@ class Transport(ABC):
                 for i, r in enumerate(reqs):
                     if r.test():
                         return i
-                if self.now() > deadline:
+                if self.now() >= deadline:
                     peers = ",".join(str(r.peer) for r in reqs)
                     whats = sorted({r.what for r in reqs})
                     raise PeerTimeout(self.rank, peers, " or ".join(whats), deadline - t0)
