@@ -9,6 +9,7 @@ reproduction: a CartPole IMPALA run that would otherwise go on for minutes."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -56,7 +57,15 @@ def _start(cmd: list[str], d: Path, **env: str) -> tuple[subprocess.Popen, Path]
 
 
 def _tmp(d: Path) -> Path:
-    return d.parent / "tmp"
+    """The run's own TMPDIR, short: the fork server's socket lives in it, and an AF_UNIX
+    path has at most 107 bytes (a pytest-xdist worker's tmp_path left too few)."""
+    return Path("/tmp") / f"azk-{hashlib.sha1(str(d).encode()).hexdigest()[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def _remove_short_tmp(tmp_path: Path):
+    yield
+    shutil.rmtree(_tmp(tmp_path / "run"), ignore_errors=True)
 
 
 def _wait_learning(proc: subprocess.Popen, d: Path, log: Path, deadline_s: float = 90) -> None:
