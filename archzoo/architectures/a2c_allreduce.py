@@ -159,14 +159,13 @@ def run_deciding(ctx: RankContext[A3CConfig], spec: EnvSpec, worker: Worker,
                       policy=(worker.model, builders.policy_meta(cfg, spec))) as run:
         if cfg.resume is not None:
             worker.share_resumed(t)
-        mon = run.mon
         while True:
             returns, steps, stopped = worker.round(run.stopped)
             if stopped:
                 break
-            mon.add_steps(steps * worker.workers, worker.first_step_time)  # every rank's
-            mon.add_episodes(returns)
-            mon.add_learner_stats(worker.stats)
+            run.mon.add_steps(steps * worker.workers, worker.first_step_time)  # every rank's
+            run.mon.add_episodes(returns)
+            run.mon.add_learner_stats(worker.stats)
             run.absorb(worker.updates)
             run.tick(worker.updates)
         rounds, timing = worker.topo.rounds, worker.timing(t)
