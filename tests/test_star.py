@@ -10,10 +10,15 @@ completes the send before the receiver asked for it), so StarPublisher sends syn
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from archzoo.comm.base import Request
+from archzoo.comm.loopback import LoopbackGroup
+from archzoo.topology.star import StarPublisher, params_schema
 from tests import star_cases
 from tests.mp import describe, run_gloo, run_mpi
 
@@ -95,3 +100,44 @@ def test_wait_all_waits_for_a_leaf_that_has_not_taken_it(engine: str, n_params: 
     assert res[0]["timed_out_on"] is not None and "rank 1" in res[0]["timed_out_on"], res[0]
     _check_leaves_and_counts(res, 1)
     assert res[0]["messages"] == 2
+
+
+class _TakenBetweenTests(Request):
+    """A pending send whose leaf takes the message right after the first test() said "not
+    yet": the order in which pump's test and wait_all's own test can see one send."""
+
+    def __init__(self, inner: Request, take: Callable[[], None]) -> None:
+        self.inner, self.take, self.peer, self.what = inner, take, inner.peer, inner.what
+        self.direction, self.tests = "to", 0
+
+    def test(self) -> bool:
+        self.tests += 1
+        done = self.inner.test()
+        if self.tests == 1:
+            self.take()
+        return done
+
+
+def test_wait_all_sends_the_newest_to_a_leaf_whose_old_send_completes_meanwhile() -> None:
+    """Version 1 is in flight to the leaf when version 2 is published, so the leaf is stale.
+    The leaf takes version 1 between pump's test (not complete: stays stale) and wait_all's
+    check of what is pending (complete). wait_all must still send version 2, not return."""
+    group = LoopbackGroup(2, timeout_s=10)
+    root, leaf = group.transports
+    schema = params_schema(8)
+    pub = StarPublisher(root, schema, [1], star_cases.TAG)
+    pub.publish(params=np.full(8, 1.0, np.float32), version=1)
+    pub.publish(params=np.full(8, 2.0, np.float32), version=2)
+    got = [schema.new(), schema.new()]
+    recvs: list[Request] = []
+
+    def take() -> None:
+        recvs.extend(leaf.irecv(m.buffer, 0, star_cases.TAG, "parameters") for m in got)
+
+    first = pub._req[1]
+    assert first is not None and not first.test()
+    pub._req[1] = _TakenBetweenTests(first, take)
+    pub.wait_all(timeout_s=5)
+    assert recvs[0].test() and int(got[0]["version"]) == 1
+    assert recvs[1].test(), "wait_all returned with the leaf's newest version never sent"
+    assert int(got[1]["version"]) == 2 and pub.messages == 2

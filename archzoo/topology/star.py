@@ -76,6 +76,7 @@ class StarPublisher:
         while True:
             self.pump()
             pending = [r for r in self._req.values() if r is not None and not r.test()]
-            if not pending:
+            if not pending and not self._stale:
                 return
-            self.transport.wait(pending[0], timeout_s, on_poll)
+            if pending:  # else a send completed after pump's test: pump again
+                self.transport.wait(pending[0], timeout_s, on_poll)
