@@ -18,16 +18,42 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "archzoo-checkpoint"
 FORMAT_VERSION = 1
 DIRNAME = "checkpoints"
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+
+
+class NumpyRng(TypedDict):
+    """numpy's legacy generator (``np.random.get_state()``), its keys as a tensor."""
+    kind: str
+    keys: torch.Tensor
+    pos: int
+    has_gauss: int
+    gauss: float
+
+
+class PythonRng(TypedDict):
+    """Python's generator (``random.getstate()``), its state as a list."""
+    version: int
+    state: list[int]
+    gauss: float | None
+
+
+class RngState(TypedDict):
+    """A process's random generators, as a checkpoint holds them (:func:`rng_state`)."""
+    torch: torch.Tensor
+    numpy: NumpyRng
+    python: PythonRng
 
 
 class CheckpointError(Exception):
@@ -52,7 +78,7 @@ def latest(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save(run_dir: str | Path, state: dict[str, Any], step: int, keep: int) -> Path:
+def save(run_dir: str | Path, state: Mapping[str, object], step: int, keep: int) -> Path:
     """Write ``state`` atomically as the checkpoint of ``step``; keep the last ``keep``."""
 
     d = checkpoint_dir(run_dir)
@@ -64,7 +90,7 @@ def save(run_dir: str | Path, state: dict[str, Any], step: int, keep: int) -> Pa
     return final
 
 
-def write_atomic(path: Path, state: dict[str, Any]) -> None:
+def write_atomic(path: Path, state: Mapping[str, object]) -> None:
     """``torch.save`` ``state`` with the format fields to a temporary name in the same
     directory, flush it to disk, then rename: a reader sees the old file or the new one."""
     import torch
@@ -95,7 +121,7 @@ def load(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state() -> RngState:
     """This process's torch, numpy and Python random generators, as tensors and lists."""
     import torch
 
@@ -107,7 +133,7 @@ def rng_state() -> dict[str, Any]:
             "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss}}
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     import torch
 
     torch.set_rng_state(state["torch"])
@@ -123,7 +149,7 @@ class Checkpointer:
     is called) and on :meth:`save`."""
 
     def __init__(self, run_dir: str | Path, interval_s: float, keep: int,
-                 state: Callable[[], dict[str, Any]], step: Callable[[], int],
+                 state: Callable[[], Mapping[str, object]], step: Callable[[], int],
                  clock: Callable[[], float] | None = None) -> None:
         import time
 
@@ -168,7 +194,7 @@ class OwnCheckpoint:
         """At least ``interval_s`` since the last save."""
         return self._clock() - self.last >= self.interval_s
 
-    def save(self, state: dict[str, Any]) -> Path:
+    def save(self, state: Mapping[str, object]) -> Path:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, {"kind": self.kind, **state})
         self.last = self._clock()

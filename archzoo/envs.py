@@ -51,16 +51,20 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from archzoo.extras import require
+from archzoo.records import JSONObject
 
 if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvSpec as GymSpec
+
     from archzoo.latency import EnvLatency
 
-ATARI_DEFAULTS: dict[str, Any] = {
+ATARI_DEFAULTS: dict[str, bool | int | float] = {
     "repeat_action_probability": 0.25, "noop_max": 30, "frameskip": 4, "maxpool": True,
     "img_height": 84, "img_width": 84, "grayscale": True, "stack_num": 4,
     "reward_clipping": False, "use_fire_reset": False, "episodic_life": False,
@@ -92,7 +96,7 @@ class EnvSpec:
     obs_shape: tuple[int, ...]
     obs_dtype: str
     num_actions: int
-    kwargs: tuple[tuple[str, Any], ...] = ()
+    kwargs: tuple[tuple[str, object], ...] = ()  # --env-kwargs, sorted
     atari: bool = False
     episodic_life: bool = False
     clip_rewards: bool = False
@@ -161,7 +165,7 @@ def parse_env_imports(value: str | list[str] | tuple[str, ...] | None) -> tuple[
     return tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
 
 
-def import_env_module(module: str, what: str) -> Any:
+def import_env_module(module: str, what: str) -> ModuleType:
     """Import the user's ``module`` (``what``: the flag that named it, for the error), the
     current directory first on ``sys.path`` as under ``python -m``; EnvError with one line
     naming the module when it cannot be imported."""
@@ -196,7 +200,7 @@ def _remember_path(module: str) -> None:
         _USER_PATHS.append(str(path))
 
 
-def gym_spec(env_id: str, imports: tuple[str, ...] | str = ()) -> Any:
+def gym_spec(env_id: str, imports: tuple[str, ...] | str = ()) -> GymSpec:
     """gymnasium's EnvSpec for ``env_id``, after importing ``imports`` (``--env-import``).
 
     ``module:Id`` imports ``module`` and looks ``Id`` up; ``module:factory``, where
@@ -236,7 +240,7 @@ def gym_spec(env_id: str, imports: tuple[str, ...] | str = ()) -> Any:
 _ID_PACKAGES = {"ALE/": ("ale_py", "ale-py"), "MinAtar/": ("minatar.gym", "MinAtar")}
 
 
-def _package_ids(gym: Any, name: str) -> tuple[str, list[str]] | None:
+def _package_ids(gym: ModuleType, name: str) -> tuple[str, list[str]] | None:
     """(package, its registered ids) when ``name`` is in the namespace of a package that
     imports fine (ale-py for ``ALE/``, MinAtar for ``MinAtar/``); None otherwise (then the
     package is what is missing)."""
@@ -276,7 +280,7 @@ def reward_threshold(env_id: str, imports: tuple[str, ...] | str = ()) -> float 
     return gym_spec(env_id, imports).reward_threshold
 
 
-def parse_env_kwargs(text: str | dict | None) -> dict[str, Any]:
+def parse_env_kwargs(text: str | dict | None) -> JSONObject:
     """``--env-kwargs``: a JSON object; EnvError with one line otherwise."""
     if text is None or text == "":
         return {}
@@ -298,7 +302,7 @@ def check_env_id(env_id: str, imports: tuple[str, ...] | str = ()) -> None:
     gym_spec(env_id, imports)
 
 
-def env_spec(env_id: str, kwargs: dict[str, Any] | str | None = None, *,
+def env_spec(env_id: str, kwargs: JSONObject | str | None = None, *,
              episodic_life: bool = False, clip_rewards: bool | None = None,
              imports: tuple[str, ...] | str = (),
              latency: EnvLatency | None = None) -> EnvSpec:
@@ -345,7 +349,7 @@ def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
     if atari:
         from ale_py.vector_env import AtariVectorEnv
 
-        game = spec.kwargs.get("game")
+        game = spec.kwargs["game"]  # ale-py registers each ALE id with its game
         unknown = set(kwargs) - set(ATARI_DEFAULTS) - {"full_action_space",
                                                         "max_num_frames_per_episode"}
         if unknown:
@@ -368,7 +372,7 @@ def _make(env_id: str, num_envs: int, kwargs: dict[str, Any], atari: bool,
     return envs
 
 
-def _atari_rendered(spec: Any, kw: dict[str, Any], render_mode: str):
+def _atari_rendered(spec: GymSpec, kw: dict[str, Any], render_mode: str):
     """One ALE game that renders its screen, preprocessed as ``AtariVectorEnv`` does with
     the options ``kw`` (:data:`ATARI_DEFAULTS` and the user's): its observations are the
     vector env's, one env at a time."""

@@ -47,8 +47,8 @@ import threading
 import time
 import types
 from collections.abc import Sequence
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
 
 import setproctitle
 
@@ -129,7 +129,8 @@ class ForkedRank:
     reports every rank ended (with 255) although they run on; then the rank is watched by
     its pid and start time, and once it ended its code is :data:`UNKNOWN_CODE`."""
 
-    def __init__(self, process: Any, server: int) -> None:
+    def __init__(self, process: BaseProcess, server: int) -> None:
+        assert process.pid is not None  # a started process
         self._p = process
         self.pid: int = process.pid
         self.server = server
@@ -176,7 +177,8 @@ class ForkedRank:
         self.send_signal(signal.SIGKILL)
 
 
-def start(argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path | None,
+def start(argv: Sequence[str], env: dict[str, str], cwd: str | os.PathLike[str] | None,
+          out: Path | None,
           session: bool) -> ForkedRank:
     """Fork ``python argv...`` from the server (started on the first call); ``out``: the file
     its stdout and stderr go to; ``session``: it leads a session of its own."""

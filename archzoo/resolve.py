@@ -28,17 +28,20 @@ import time
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from archzoo import envvars, presets
-from archzoo.architectures import actors_for, dir_name, get, world_size
+from archzoo.architectures import Architecture, actors_for, dir_name, get, world_size
 from archzoo.architectures import names as arch_names
-from archzoo.comm.factory import detect_launch
+from archzoo.comm.factory import Launch, detect_launch
 from archzoo.config import Rules, RunConfig, filled, flag_fields, flag_name
 from archzoo.errors import UsageError
 from archzoo.extras import require
 from archzoo.model_shapes import MODELS, check_builtin
 from archzoo.spawn import find_mpiexec
+
+if TYPE_CHECKING:
+    from archzoo.envs import EnvSpec
 
 T_START = envvars.launch_time()  # when the launch began (the launcher says, else now)
 
@@ -72,7 +75,7 @@ def add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
 
     Defaults are suppressed in the namespace, so the parse says which flags were given;
     :func:`parse_run` lays them over the config file and the class's defaults."""
-    groups: dict[str, Any] = {}
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for f in flag_fields(cls):
         meta = f.metadata
         g = groups.get(meta["group"]) or groups.setdefault(
@@ -80,18 +83,17 @@ def add_config_flags(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
         kind = field_type(f)
         shown = "" if f.default is None or f.default is False or f.default == "" \
             else f" (default: {f.default})"
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
-                              "help": meta["help"] + shown}
+        flag, text = flag_name(f.name), meta["help"] + shown
         if kind == "bool":  # --x and --no-x: a preset's true can be turned off
-            kw["action"] = argparse.BooleanOptionalAction
+            g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=text,
+                           action=argparse.BooleanOptionalAction)
         elif meta.get("repeat"):
-            kw.update(action=_Repeat, metavar=f.name.upper())
-        else:
-            kw["type"] = _TYPES[kind]
-            kw["metavar"] = f.name.upper() if not meta["choices"] else None
-            if meta["choices"]:
-                kw["choices"] = meta["choices"]
-        g.add_argument(flag_name(f.name), **kw)
+            g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=text,
+                           action=_Repeat, metavar=f.name.upper())
+        else:  # choices None: any value of the type
+            g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=text,
+                           type=_TYPES[kind], choices=meta["choices"] or None,
+                           metavar=f.name.upper() if not meta["choices"] else None)
 
 
 def add_run_arguments(p: argparse.ArgumentParser, cls: type[RunConfig]) -> None:
@@ -123,7 +125,7 @@ def arch_from_argv(argv: list[str]) -> str | None:
 CONFIG_FORMATS = {".toml": "TOML", ".json": "JSON"}
 
 
-def did_you_mean(word: str, choices: Any) -> str:
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the choice closest to ``word``, or '' when none is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -349,7 +351,8 @@ def family_preset(env: str, arch: str) -> str | None:
     return name if name is not None and presets.find(name, arch) is not None else None
 
 
-def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, int]:
+def validate_run(cfg: RunConfig, given: set[str]
+                 ) -> tuple[Architecture, Launch, RunConfig, int]:
     """Check the config and the launch; resolve what the user left open.
 
     Returns (the Architecture record, Launch, resolved config, world size); the config
@@ -371,7 +374,7 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     except EnvError as e:
         raise UsageError(str(e)) from None
     _check_model(cfg, spec)
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     if cfg.target_return is None:
         from archzoo.envs import reward_threshold
 
@@ -436,7 +439,7 @@ def validate_run(cfg: RunConfig, given: set[str]) -> tuple[Any, Any, RunConfig, 
     return record, launch, cfg, world
 
 
-def _check_model(cfg: RunConfig, spec: Any) -> None:
+def _check_model(cfg: RunConfig, spec: EnvSpec) -> None:
     """The chosen torso must take this env's observations: the built-in ones by their
     shape rules, a user's factory by building it once on the CPU."""
     try:

@@ -16,14 +16,14 @@ import subprocess
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from archzoo.learners.schedule import fraction_spent
 from archzoo.progress import Progress, ranks_heard, time_left
-from archzoo.records import Distribution, LagSummary, PolicyMeta
+from archzoo.records import Distribution, JSONObject, LagSummary, PolicyMeta, Summary
 
 if TYPE_CHECKING:
     from archzoo.nets import Weights
@@ -58,6 +58,26 @@ METRIC_COLUMNS = (
     "infer_batch_mean", "infer_latency_ms", "prediction_queue", "training_queue",
 )
 
+# a metrics.csv row: column -> value (None: left empty)
+MetricsRow = dict[str, float | None]
+
+
+class MonitorState(TypedDict):
+    """:meth:`Monitor.state_dict`: the counters a checkpoint keeps (plain types only);
+    the lag histograms are value (as a string) -> count, absent from older checkpoints."""
+    env_steps: int
+    episodes: int
+    updates: int
+    elapsed_s: float
+    returns: list[float]
+    eval_returns: list[float] | None
+    lag_hist: NotRequired[dict[str, int]]
+    lag_s_hist: NotRequired[dict[str, int]]
+    staleness_hist: NotRequired[dict[str, int]]
+    staleness_s_hist: NotRequired[dict[str, int]]
+    time_to_target_s: float | None
+    steps_to_target: int | None
+    rows: int
 
 
 def accumulate_learner_stats(sums: dict[str, list], stats: dict[str, float]) -> None:
@@ -147,7 +167,7 @@ class VersionClock:
 class RunDir:
     """Writes one run's files under ``path``."""
 
-    def __init__(self, path: str | Path, config: dict[str, Any], resume: bool = False) -> None:
+    def __init__(self, path: str | Path, config: JSONObject, resume: bool = False) -> None:
         """``resume``: metrics.csv is appended to (a resumed run goes on in it)."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -178,7 +198,7 @@ class RunDir:
 
             self._wandb = tracking.start(self.path, full)
 
-    def metrics_row(self, row: dict[str, Any]) -> None:
+    def metrics_row(self, row: MetricsRow) -> None:
         self._csv.writerow(row)
         self._csv_file.flush()
         step = int(row.get("env_steps") or 0)  # each column against env steps
@@ -189,10 +209,11 @@ class RunDir:
         if self._wandb is not None:
             self._wandb.scalars(step, scalars(row))
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: Summary) -> None:
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if self._tb is not None:  # as text: its constants (pids, settings) are no curves
-            step = int(summary.get("env_steps") or 0)
+            steps = summary.get("env_steps")
+            step = int(steps) if isinstance(steps, (int, float)) else 0
             self._tb.add_text("summary", "```\n" + json.dumps(summary, indent=2) + "\n```",
                               step)
             self._tb.flush()
@@ -215,11 +236,11 @@ class RunDir:
             self._wandb = None
 
 
-def scalars(row: dict[str, Any]) -> dict[str, float]:
+def scalars(row: MetricsRow) -> dict[str, float]:
     """What TensorBoard and W&B plot of a metrics row: each column but the time and the
     env steps (the x axis), as ``metrics/COLUMN``, where it has a value."""
-    return {f"metrics/{k}": float(row[k]) for k in METRIC_COLUMNS[2:]
-            if row.get(k) not in (None, "")}
+    return {f"metrics/{k}": float(v) for k in METRIC_COLUMNS[2:]
+            if (v := row.get(k)) is not None and v != ""}
 
 
 def sample_stats(xs: list[float]) -> dict[str, float]:
@@ -331,13 +352,13 @@ class Monitor:
         self._last_t = time.time()
         self._last_steps = 0
         self.rows = 0
-        self.extra: Callable[[], dict[str, Any]] | None = None  # more columns for each row
+        self.extra: Callable[[], MetricsRow] | None = None  # more columns for each row
         self.last_heard: dict[int, float] | None = None  # the transport's, for "ranks heard"
         self.progress = Progress(label, quiet)
-        self.resumed_from: dict[str, Any] | None = None
+        self.resumed_from: JSONObject | None = None
 
     # -- checkpoints ------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> MonitorState:
         """The counters a resumed run goes on from (plain types only)."""
         return {"env_steps": self.env_steps, "episodes": self.episodes,
                 "updates": self.updates, "elapsed_s": self.elapsed(),
@@ -350,7 +371,7 @@ class Monitor:
                 "time_to_target_s": self.time_to_target_s,
                 "steps_to_target": self.steps_to_target, "rows": self.rows}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: MonitorState) -> None:
         """Go on from a checkpoint: counters as saved, the clock ``elapsed_s`` in."""
         self.env_steps, self.episodes = state["env_steps"], state["episodes"]
         self.updates, self.rows = state["updates"], state["rows"]
@@ -383,7 +404,7 @@ class Monitor:
         accumulate_learner_stats(self._learner_row, stats)
         accumulate_learner_stats(self._learner_run, stats)
 
-    def add_learner_sums(self, sums: dict[str, Any]) -> None:
+    def add_learner_sums(self, sums: Mapping[str, Sequence[float]]) -> None:
         """Several updates' statistics at once, as ``name -> (sum, count)`` (what a rank
         that computes updates sends the deciding rank: :class:`~archzoo.harness.stats.
         StatsReporter`); rows show the means over all updates."""

@@ -71,9 +71,15 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from archzoo import envvars, forkstart, lifeline
+
+if TYPE_CHECKING:
+    from archzoo.simhosts import SimHosts
+
+# a rank's working directory (None: this process's)
+Cwd = str | os.PathLike[str] | None
 
 __all__ = ["BACKENDS", "Group", "RankResult", "clean_env", "descendants", "find_mpiexec",
            "free_port", "run_ranks"]
@@ -186,7 +192,7 @@ def run_ranks(n: int, argv: Sequence[str], backend: str = "gloo", *,
               grace_s: float | None = None,
               on_death: Callable[[int, int], float | None] | None = None,
               stop: Callable[[], int | None] | None = None, survive: bool = False,
-              mpiexec_args: Sequence[str] = (), hosts: Any = None,
+              mpiexec_args: Sequence[str] = (), hosts: SimHosts | None = None,
               slots: Sequence[int] | None = None, workdir: Path | None = None) -> Group:
     """Start ``n`` ranks of ``python argv...`` over ``backend`` and supervise them until every
     one has ended (see the module's docstring); the :class:`Group`'s result.
@@ -244,7 +250,7 @@ class _Job:
     def __init__(self, n: int, backend: str, capture: bool, tmp: Path) -> None:
         self.n, self.backend, self.capture, self.tmp = n, backend, capture, tmp
         self.kind = "ranks"  # a process per rank; "mpiexec": one for all; "hosts": launchers
-        self.procs: list[Any] = []  # subprocess.Popen or forkstart.ForkedRank
+        self.procs: list[subprocess.Popen[bytes] | forkstart.ForkedRank] = []
         self.files: list[IO[bytes]] = []
         self.t0 = time.monotonic()
         self.ended: dict[int, float] = {}  # process index -> seconds from t0 to its end
@@ -258,23 +264,27 @@ class _Job:
         self.server_lost = False  # the fork server of forked ranks died
 
     # -- starting -----------------------------------------------------------------------------
-    def start(self, cmd: list[str], env: dict[str, str], cwd: Any, out: Path) -> None:
-        kw: dict[str, Any] = {}
+    def start(self, cmd: list[str], env: dict[str, str], cwd: Cwd, out: Path) -> None:
+        # Popen's defaults unless captured (or a launcher: mpiexec, torchrun, in a group)
+        f: IO[bytes] | None = None
+        stderr: int | None = None
+        stdin: int | None = None
+        session = False
         if self.capture:
             f = open(out, "w+b")  # noqa: SIM115 - closed with the job
             self.files.append(f)
-            kw = dict(stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                      start_new_session=True)
+            stderr, stdin, session = subprocess.STDOUT, subprocess.DEVNULL, True
         elif cmd[0] != sys.executable:
-            kw = dict(start_new_session=True)  # a launcher (mpiexec, torchrun): a group
-        self.procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, **kw))
+            session = True
+        self.procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, stdout=f, stderr=stderr,
+                                           stdin=stdin, start_new_session=session))
 
-    def fork(self, argv: Sequence[str], env: dict[str, str], cwd: Any, out: Path) -> None:
+    def fork(self, argv: Sequence[str], env: dict[str, str], cwd: Cwd, out: Path) -> None:
         """A rank forked from archzoo.forkstart's server rather than started afresh."""
         self.procs.append(forkstart.start(argv, env, cwd, out if self.capture else None,
                                           session=self.capture))
 
-    def start_mpiexec(self, argv: Sequence[str], env: dict[str, str], cwd: Any, survive: bool,
+    def start_mpiexec(self, argv: Sequence[str], env: dict[str, str], cwd: Cwd, survive: bool,
                       mpiexec_args: Sequence[str]) -> None:
         mpiexec = find_mpiexec()
         if mpiexec is None:
@@ -295,8 +305,8 @@ class _Job:
         self.start([mpiexec, *pre, "-n", str(self.n), *wrap, sys.executable, *argv], env, cwd,
                    self.tmp / "mpiexec")
 
-    def start_on_hosts(self, hosts: Any, slots: Sequence[int] | None, argv: Sequence[str],
-                       env: dict[str, str], cwd: Any) -> None:
+    def start_on_hosts(self, hosts: SimHosts, slots: Sequence[int] | None, argv: Sequence[str],
+                       env: dict[str, str], cwd: Cwd) -> None:
         from archzoo import multinode
 
         self.kind = "hosts"
@@ -318,7 +328,8 @@ class _Job:
                 if rank.isdigit() and rc.isdigit():
                     out.setdefault(int(rank), int(rc))
             return out
-        return {i: p.returncode for i, p in enumerate(self.procs) if p.poll() not in (None, 0)}
+        return {i: code for i, p in enumerate(self.procs)
+                if (code := p.poll()) is not None and code != 0}
 
     def note_below(self, now: float) -> None:
         """Note the processes below the launcher processes (mpiexec and its proxies, shells
@@ -461,10 +472,8 @@ class _Job:
             return ""
 
     def result(self, stopped: int | None) -> Group:
-        for p in self.procs:
-            p.wait()
+        codes = [p.wait() for p in self.procs]
         elapsed = time.monotonic() - self.t0
-        codes = [p.returncode for p in self.procs]
         ranks: list[RankResult] = []
         output = ""
         if self.kind == "mpiexec":
@@ -478,10 +487,10 @@ class _Job:
                 out = self._read(self.rank_files / f"rank.{r}") if self.rank_files else ""
                 ranks.append(RankResult(r, known[r], out, self.timed_out, elapsed))
         elif self.kind == "ranks":
-            for r, p in enumerate(self.procs):
+            for r, rc in enumerate(codes):
                 killed = r not in self.ended
                 out = self._read(self.tmp / f"rank.{r}") if self.capture else ""
-                ranks.append(RankResult(r, p.returncode, out, killed and self.timed_out,
+                ranks.append(RankResult(r, rc, out, killed and self.timed_out,
                                         self.ended.get(r, elapsed)))
         else:  # across hosts: the launchers' output holds the ranks'
             output = "".join(self._read(self.tmp / f"launcher.{i}")

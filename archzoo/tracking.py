@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from archzoo.records import JSONObject, Summary
+
 PROJECT = "archzoo"
 VIDEO_KEY = "videos/policy"
 
@@ -49,7 +51,7 @@ def _has_key() -> bool:
 class WandbRun:
     """One W&B run of an archzoo run directory (rank 0's)."""
 
-    def __init__(self, run_dir: Path, config: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, config: JSONObject) -> None:
         import wandb
 
         self.wandb, self.run_dir = wandb, Path(run_dir)
@@ -75,10 +77,11 @@ class WandbRun:
         """One metrics row's scalars (TensorBoard's), against ``env_steps``."""
         self.run.log({"env_steps": env_steps, **values})
 
-    def summary(self, summary: dict[str, Any]) -> None:
+    def summary(self, summary: Summary) -> None:
         """summary.json's values as the run's summary; its ``videos`` are logged at the end."""
         self.run.summary.update({k: v for k, v in summary.items() if k != "videos"})
-        self._videos = list(summary.get("videos") or [])
+        videos = summary.get("videos")
+        self._videos = [str(v) for v in videos] if isinstance(videos, list) else []
 
     def close(self) -> None:
         """Log the run's videos (the final policy's last), end the W&B run and, offline, say
@@ -98,7 +101,7 @@ class WandbRun:
                   f"{where}", file=sys.stderr, flush=True)
 
 
-def start(run_dir: Path, config: dict[str, Any]) -> WandbRun | None:
+def start(run_dir: Path, config: JSONObject) -> WandbRun | None:
     """The run directory's W&B run, or None (one line on stderr) where W&B cannot start:
     a run is not given up for its tracking."""
     try:
