@@ -28,7 +28,9 @@ SIGTERM as the launcher lost (archzoo/worker.py). The launcher learns of a rank'
 the server; where the server died, it watches the rank's pid (:class:`ForkedRank`). The
 server's socket lives in the launcher's multiprocessing folder (``pymp-*``), which the
 launcher removes at its exit; a rank's ``ARCHZOO_LAUNCHER_TMP`` names it too, so that a rank
-that outlived a killed launcher removes it (archzoo.lifeline.clean_up).
+that outlived a killed launcher removes it (archzoo.lifeline.clean_up). Where that socket's
+path would be too long for AF_UNIX (a long TMPDIR), nothing is forked: :func:`forkable` says
+no, and the ranks start afresh, as with ``ARCHZOO_FORK=0``.
 
 :class:`ForkedRank` has the parts of :class:`subprocess.Popen` that archzoo.spawn uses.
 """
@@ -43,6 +45,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -54,7 +57,8 @@ import setproctitle
 
 from archzoo import envvars, lifeline
 
-__all__ = ["PRELOAD", "ForkedRank", "forkable", "server_folder", "server_pid", "start"]
+__all__ = ["PRELOAD", "ForkedRank", "forkable", "server_folder", "server_pid", "socket_fits",
+           "start"]
 
 PRELOAD = ["torch", "torch.distributed", "numpy", "gymnasium", "archzoo.cli",
            "archzoo.worker", "archzoo.forkstart"]
@@ -66,11 +70,23 @@ _CTX = (multiprocessing.get_context("forkserver")
         if "forkserver" in multiprocessing.get_all_start_methods() else None)  # not Windows
 
 
+# an AF_UNIX socket's path: sun_path's 108 bytes, less the terminating NUL
+SOCKET_PATH_MAX = 107
+# what multiprocessing puts below the temporary folder for the server's socket
+SOCKET_NAME = "/pymp-XXXXXXXX/listener-XXXXXXXX"
+
+
 def forkable(argv: Sequence[str]) -> bool:
-    """``argv`` (what follows the interpreter) is ``-m MODULE ...`` or ``SCRIPT.py ...``, and
-    this platform has a fork server."""
-    return _CTX is not None and (
+    """``argv`` (what follows the interpreter) is ``-m MODULE ...`` or ``SCRIPT.py ...``, this
+    platform has a fork server, and its socket's path fits (:func:`socket_fits`)."""
+    return _CTX is not None and socket_fits() and (
         (len(argv) >= 2 and argv[0] == "-m") or (bool(argv) and argv[0].endswith(".py")))
+
+
+def socket_fits() -> bool:
+    """The server's socket, ``TMPDIR/pymp-*/listener-*``, has a path AF_UNIX can bind. Under
+    a long TMPDIR (a CI job's or a scheduler's) it has not, and ranks start afresh."""
+    return len(os.fsencode(tempfile.gettempdir() + SOCKET_NAME)) <= SOCKET_PATH_MAX
 
 
 def title(argv: Sequence[str], env: dict[str, str]) -> str:

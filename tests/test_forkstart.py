@@ -90,3 +90,25 @@ def test_only_a_module_or_a_script_is_forked() -> None:
     assert not forkstart.forkable(["-c", "print(1)"]) and not forkstart.forkable(["-m"])
     with pytest.raises(ValueError, match="cannot fork"):
         forkstart.start(["-c", "1"], {}, None, None, False)
+
+
+def test_a_tmpdir_too_long_for_the_servers_socket_starts_ranks_afresh(tmp_path: Path) -> None:
+    """multiprocessing puts the fork server's socket at TMPDIR/pymp-*/listener-*; under a
+    long TMPDIR that passes AF_UNIX's 107 bytes ("AF_UNIX path too long"). The ranks then
+    start afresh, with ARCHZOO_FORK=1, and run as they would."""
+    long_tmp = tmp_path / ("t" * max(1, 110 - len(str(tmp_path)) - len(forkstart.SOCKET_NAME)))
+    long_tmp.mkdir()
+    (tmp_path / "rank.py").write_text(
+        "print(open('/proc/self/cmdline', 'rb').read().decode().split(chr(0))[:2])\n")
+    (tmp_path / "user.py").write_text(
+        "from archzoo import forkstart\n"
+        "from archzoo.spawn import run_ranks\n"
+        f"job = run_ranks(2, ['rank.py'], 'gloo', cwd={str(tmp_path)!r}, capture=True,\n"
+        "                 timeout_s=120)\n"
+        "print(forkstart.forkable(['rank.py']), [r.output for r in job.ranks], job.returncode)\n")
+    env = clean_env({"TMPDIR": str(long_tmp), "ARCHZOO_FORK": "1"})
+    out = subprocess.run([sys.executable, "user.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr
+    fresh = str([sys.executable, "rank.py"])
+    assert out.stdout.strip() == f"False {[fresh + chr(10)] * 2} 0", out.stdout
