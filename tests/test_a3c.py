@@ -27,8 +27,8 @@ from tests.runs import (
 
 SMOKE = ["--total-steps", "120000", "--quiet", "--seed", "4", "--log-interval", "0.5"]
 # The other settings and launchers run the same roles: a shorter run checks their counts,
-# test_torchrun's (gloo async, the default) that the policy learns, and the slow tier that
-# A3C and A2C solve CartPole (test_a3c_and_a2c_solve_cartpole).
+# test_torchrun's (gloo async, the default) that the policy learns, the slow tier that A2C
+# solves CartPole (test_a2c_solves_cartpole) and that A3C learns MinAtar Breakout.
 SHORT = ["--total-steps", "40000", *SMOKE[2:]]
 
 
@@ -147,10 +147,10 @@ def test_bad_input(argv: list[str], needle: str, capsys) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_a3c_and_a2c_solve_cartpole(tmp_path: Path, mode: str) -> None:
+def test_a2c_solves_cartpole(tmp_path: Path) -> None:
+    """Sync (A2C); async A3C's learning is guarded on MinAtar (tests/test_learning_guard.py)."""
     s = solve_either_seed("a3c", ["--env", "CartPole-v1", "--target-return", "475",
-                                  "--actors", "2", "--mode", mode, "--total-steps", "3000000",
+                                  "--actors", "2", "--mode", "sync", "--total-steps", "3000000",
                                   "--time-limit", "240"], tmp_path)
     assert s["final_mean_return"] >= 475 and s["stop_reason"] == "target"
 

@@ -19,7 +19,6 @@ from tests.runs import (
     cli,
     filled,
     load_run,
-    solve_either_seed,
     torchrun,
 )
 
@@ -128,11 +127,3 @@ def test_too_many_shards_for_the_launchers_world() -> None:
     assert all(r.returncode == 2 for r in ranks), describe(ranks)
     assert "needs at least 4 processes" in ranks[0].output
     assert all(r.output.strip() == "" for r in ranks[1:]), describe(ranks)
-
-
-@pytest.mark.slow
-def test_apex_solves_cartpole_greedy(tmp_path: Path) -> None:
-    s = solve_either_seed("apex", ["--env", "CartPole-v1", "--target-return", "475",
-                                   "--actors", "2", "--total-steps", "800000",
-                                   "--time-limit", "240"], tmp_path)
-    assert s["eval_mean_return"] >= 475 and s["stop_reason"] == "target"

@@ -15,7 +15,6 @@ from tests.runs import (
     cli,
     filled,
     load_run,
-    solve_either_seed,
     torchrun,
 )
 
@@ -71,7 +70,7 @@ def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int
     # loud and longer than the progress line's 10-s window, which names the silent ranks;
     # bounded by time, not steps, so that a slower machine does not make it longer
     loud = [a for a in SMOKE if a != "--quiet"] + ["--total-steps", str(10**9),
-                                                   "--time-limit", "20"]
+                                                   "--time-limit", "13"]
     r = cli("run", "gorila", *extra, "--run-dir", str(d), *loud, timeout=240)
     assert r.returncode == 0, r.stderr
     assert check(d, "gloo", world, shards, learners, learned=False)["wall_s"] > 11
@@ -80,11 +79,12 @@ def test_embedded_gloo(tmp_path: Path, extra: list[str], world: int, shards: int
 
 
 def test_mpiexec(tmp_path: Path) -> None:
+    """The roles of test_torchrun's run, which checks that it learns, under mpiexec."""
     d = tmp_path / "run"
-    job = run_mpi(5, ["-m", "archzoo", "run", "gorila", "--run-dir", str(d), *SMOKE],
-                  timeout_s=240)
+    job = run_mpi(5, ["-m", "archzoo", "run", "gorila", "--run-dir", str(d), *SMOKE,
+                      "--total-steps", "20000"], timeout_s=240)
     assert job.returncode == 0, describe(job)
-    check(d, "mpi", 5, 1, 1)
+    check(d, "mpi", 5, 1, 1, learned=False)
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -100,14 +100,6 @@ def test_bad_input(argv: list[str], needle: str, capsys) -> None:
     assert main(["run", "gorila", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
-
-
-@pytest.mark.slow
-def test_gorila_solves_cartpole_greedy(tmp_path: Path) -> None:
-    s = solve_either_seed("gorila", ["--env", "CartPole-v1", "--target-return", "475",
-                                     "--actors", "2", "--total-steps", "1500000",
-                                     "--time-limit", "200"], tmp_path)
-    assert s["eval_mean_return"] >= 475 and s["stop_reason"] == "target"
 
 
 def test_torchrun(tmp_path: Path) -> None:
