@@ -61,20 +61,15 @@ def moment(name: str) -> float:
     return round(random.Random(name).uniform(0.0, 1.5), 2)
 
 
-# (architecture and flags, the rank of an actor to kill, the stop that must end the run)
-def target(ret: int) -> list[str]:
-    """Reached anyway without the dead actor (IMPALA's 250 in ~10 s; SEED RL's 60, the
-    random policy's 22 more than doubled, in ~12 s on gloo: its 150 took ~25 s of CI)."""
-    return ["--target-return", str(ret), "--time-limit", "90"]
-
-
+# (architecture and flags, the rank of an actor to kill): each run has 5 s, and must go on
+# with the others after the kill to its time limit
 TIMED = ["--time-limit", "5", "--total-steps", "100000000"]
 ASYNC = {
-    "impala": (["impala", "--actors", "3", *target(250)], 2, "target"),
-    "seed": (["seed", "--actors", "3", *target(60)], 2, "target"),
-    "apex": (["apex", "--actors", "3", "--replay-shards", "1", *TIMED], 3, "time"),
-    "a3c": (["a3c", "--actors", "3", "--ps-shards", "2", *TIMED], 3, "time"),
-    "gorila": (["gorila", "--actors", "2", *TIMED], 4, "time"),
+    "impala": (["impala", "--actors", "3", *TIMED], 2),
+    "seed": (["seed", "--actors", "3", *TIMED], 2),
+    "apex": (["apex", "--actors", "3", "--replay-shards", "1", *TIMED], 3),
+    "a3c": (["a3c", "--actors", "3", "--ps-shards", "2", *TIMED], 3),
+    "gorila": (["gorila", "--actors", "2", *TIMED], 4),
 }
 
 
@@ -83,17 +78,15 @@ ASYNC = {
 def test_an_async_run_goes_on_without_a_dead_actor(tmp_path: Path, arch: str,
                                                    backend: str) -> None:
     """On both engines (MPI: the job outlives the dead rank, archzoo/launcher.py), the
-    run goes on with the others and ends as it would have: at its target or time limit."""
-    args, victim, stop = ASYNC[arch]
+    run goes on with the others and ends as it would have, at its time limit."""
+    args, victim = ASYNC[arch]
     d = tmp_path / "run"
     at = moment(f"{arch}-{backend}")
     r, _ = run_and_kill(d, [*args, "--backend", backend], victim, deadline_s=120, delay_s=at)
     assert r.returncode == 0, f"killed {at}s after the first row: {r.stderr}"
     s = summary(d)
-    if s["stop_reason"] == "target" and not s["dead_actors"]:
-        pytest.skip(f"the run reached its target before the kill at {at}s")
     assert f"actor rank {victim} is gone" in r.stderr
-    assert s["stop_reason"] == stop, s["stop_reason"]
+    assert s["stop_reason"] == "time", s["stop_reason"]
     assert list(s["dead_actors"]) == [str(victim)] and s["live_actors"] == 2 - (arch == "gorila")
     assert s["dead_actors"][str(victim)]["time_s"] > 0
     assert no_process_left(d)
@@ -187,8 +180,14 @@ NEEDED = [
 ]
 
 
-@pytest.mark.parametrize("arch,args,victim", NEEDED)
-@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+# the learner's death on both engines; each server's or peer's on one, the two taking turns
+# (each engine's death notice is the same for every role: tests/test_comm.py)
+NEEDED_ON = [(*NEEDED[0], "gloo"), (*NEEDED[0], "mpi")] + [
+    (*c, ("mpi", "gloo")[i % 2]) for i, c in enumerate(NEEDED[1:])]
+
+
+@pytest.mark.parametrize("arch,args,victim,backend", NEEDED_ON,
+                         ids=[f"{c[3]}-{c[0]}" for c in NEEDED_ON])
 def test_a_rank_the_run_needs_ends_it_without_hanging(tmp_path: Path, arch: str,
                                                        args: list[str], victim: int,
                                                        backend: str) -> None:
@@ -224,7 +223,7 @@ def test_an_embedded_run_restarts_from_its_checkpoint(tmp_path: Path) -> None:
     latest checkpoint, and the run ends as if it had not been interrupted."""
     d = tmp_path / "run"
     proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--actors", "2", "--max-restarts", "1",
-                             "--total-steps", "150000", "--time-limit", "120",
+                             "--total-steps", "50000", "--time-limit", "120",
                              "--run-dir", str(d), *COMMON],
                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -238,7 +237,7 @@ def test_an_embedded_run_restarts_from_its_checkpoint(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert "restart 1 of 1" in err
     s = summary(d)
-    assert s["checkpoints"]["resumed_from"] is not None and s["env_steps"] >= 150000
+    assert s["checkpoints"]["resumed_from"] is not None and s["env_steps"] >= 50000
     assert no_process_left(d)
 
 
@@ -251,7 +250,7 @@ def test_torchrun_restarts_resume_from_the_checkpoint(tmp_path: Path) -> None:
     d = tmp_path / "run"
     exe = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     proc = subprocess.Popen([exe, "--standalone", "--nproc_per_node", "3", "--max-restarts", "1",
-                             "-m", "archzoo", "run", "impala", "--total-steps", "150000",
+                             "-m", "archzoo", "run", "impala", "--total-steps", "50000",
                              "--time-limit", "120", "--run-dir", str(d), *COMMON],
                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -265,4 +264,4 @@ def test_torchrun_restarts_resume_from_the_checkpoint(tmp_path: Path) -> None:
     assert proc.returncode == 0, err[-3000:]
     s = summary(d)
     assert s["launcher"] == "torchrun" and s["checkpoints"]["resumed_from"] is not None
-    assert s["env_steps"] >= 150000
+    assert s["env_steps"] >= 50000
