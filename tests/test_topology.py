@@ -1,5 +1,5 @@
 """Tests of archzoo.topology: every collective of every topology on both real engines for
-N = 1..9 (tests/topology_cases.py, one launch per world size and engine), and single-process
+N = 1..5, 8, 9 (tests/topology_cases.py, one launch per world size and engine), and single-process
 checks of the count formulas (archzoo/topology/counts.py, docs/topologies.md) and of argument
 validation.
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 import mp  # noqa: E402  (tests/ is on the path only from here on)
 import topology_cases  # noqa: E402
 
-WORLDS = range(1, 10)
+WORLDS = (1, 2, 3, 4, 5, 8, 9)  # powers of the fanouts 2 and 3 (and 4), and 5 between them
 LAUNCH_TIMEOUT_S = 90
 
 
