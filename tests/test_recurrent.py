@@ -436,20 +436,21 @@ def test_run_embedded(tmp_path: Path, argv: list[str]) -> None:
 CORE_ARCHS = ["impala", "seed", "ga3c", "a3c", "gala"]  # every actor-critic architecture
 
 
-@pytest.mark.parametrize("arch", CORE_ARCHS)
-def test_run_under_mpiexec(tmp_path: Path, arch: str) -> None:
-    d = tmp_path / "run"
-    job = run_mpi(3, ["-m", "archzoo", "run", arch, *RUN, "--run-dir", str(d)],
-                  timeout_s=120)
-    assert job.returncode == 0, describe(job)
-    _check(d, "mpi", 3)
+# each architecture under one launcher, mpiexec and torchrun taking turns: the core's state
+# crosses each engine in two architectures or more
+LAUNCHED = [(arch, ("mpiexec", "torchrun")[i % 2]) for i, arch in enumerate(CORE_ARCHS)]
 
 
-@pytest.mark.parametrize("arch", CORE_ARCHS)
-def test_run_under_torchrun(tmp_path: Path, arch: str) -> None:
+@pytest.mark.parametrize("arch,launcher", LAUNCHED, ids=["-".join(c) for c in LAUNCHED])
+def test_run_under_a_launcher(tmp_path: Path, arch: str, launcher: str) -> None:
     d = tmp_path / "run"
-    torchrun(3, "run", arch, *RUN, "--run-dir", str(d), timeout=120)
-    _check(d, "gloo", 3)
+    if launcher == "mpiexec":
+        job = run_mpi(3, ["-m", "archzoo", "run", arch, *RUN, "--run-dir", str(d)],
+                      timeout_s=120)
+        assert job.returncode == 0, describe(job)
+    else:
+        torchrun(3, "run", arch, *RUN, "--run-dir", str(d), timeout=120)
+    _check(d, "mpi" if launcher == "mpiexec" else "gloo", 3)
 
 
 def test_seed_runs_in_one_process_and_its_policy_is_evaluated(tmp_path: Path) -> None:
