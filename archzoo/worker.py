@@ -20,7 +20,8 @@ kills a rank that takes too long).
 A rank that a launcher started does not outlive it (archzoo/lifeline.py): when its parent or
 its launcher dies (``kill -9``, an OOM kill, a scheduler that signalled only the launcher),
 the kernel's parent-death signal or the lifeline's watch sends it SIGTERM, and the rank ends
-as on SIGTERM, with ``stop_reason`` "launcher lost" and one line naming what died. With no
+as on SIGTERM, with ``stop_reason`` "launcher lost" and one line naming what died (also when
+the end of a peer, which lost the launcher too, reaches it first, as a failed peer). With no
 launcher left to kill it, it gives itself ``--comm-timeout`` seconds to do so, then exits;
 either way it removes the launcher's temporary folder, if the launcher itself is gone
 (:func:`archzoo.lifeline.clean_up`).
@@ -72,18 +73,32 @@ class LauncherLost(Stopped):
 _OWN_DEADLINE_S = [60.0]  # --comm-timeout: how long a rank whose launcher died may take
 
 
-def _on_stop_signal(signum: int, frame: object) -> None:
-    for s in STOP_SIGNALS:  # once: what follows saves the run, and must not be cut short
+def _ignore_stop_signals() -> None:
+    for s in STOP_SIGNALS:  # from now on: what follows saves the run, and must not be cut short
         signal.signal(s, signal.SIG_IGN)
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    _ignore_stop_signals()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     if signum == signal.SIGTERM and (why := lifeline.lost()):
-        # no launcher is left to kill this rank if saving hangs: it ends itself
-        timer = threading.Timer(_OWN_DEADLINE_S[0], _exit_without_launcher, args=(128 + signum,))
-        timer.daemon = True
-        timer.start()
         raise LauncherLost(why)
     raise Stopped(signum)
+
+
+def _launcher_lost(rank: int, e: LauncherLost) -> tuple[int, str, bool]:
+    """The launcher is gone (this rank's SIGTERM, or the peers' ends that it caused, met
+    first): the rank stops as on SIGTERM, and as no launcher is left to kill it if saving
+    hangs, it ends itself after ``--comm-timeout``. (exit code, stop reason, error)"""
+    if threading.current_thread() is threading.main_thread():
+        _ignore_stop_signals()  # the watch's SIGTERM may still come: saving goes on
+    timer = threading.Timer(_OWN_DEADLINE_S[0], _exit_without_launcher, args=(128 + e.signum,))
+    timer.daemon = True
+    timer.start()
+    print(f"archzoo: rank {rank}: {e.why}: the rank stops (stop_reason: "
+          f"{LauncherLost.REASON})", file=sys.stderr, flush=True)
+    return 128 + e.signum, LauncherLost.REASON, False
 
 
 def _exit_without_launcher(code: int) -> None:
@@ -137,12 +152,13 @@ def run_rank(arch: ArchModule, args: RunConfig, launch: Launch, t_start: float) 
         if summary is not None and not args.quiet:
             _print_summary(summary, args)
     except (CommError, TimeoutError, CheckpointError) as e:
-        _say(launch.rank, str(e))
-        code, reason = 1, str(e)
+        if (why := lifeline.lost()) is not None:  # the peers ended with the launcher
+            code, reason, error = _launcher_lost(launch.rank, LauncherLost(why))
+        else:
+            _say(launch.rank, str(e))
+            code, reason = 1, str(e)
     except LauncherLost as e:
-        print(f"archzoo: rank {launch.rank}: {e.why}: the rank stops (stop_reason: "
-              f"{LauncherLost.REASON})", file=sys.stderr, flush=True)
-        code, reason, error = 128 + e.signum, LauncherLost.REASON, False
+        code, reason, error = _launcher_lost(launch.rank, e)
     except Stopped as e:
         code, reason, error = 128 + e.signum, f"signal: {signal.Signals(e.signum).name}", False
     except KeyboardInterrupt:
