@@ -86,7 +86,7 @@ __all__ = ["BACKENDS", "Group", "RankResult", "clean_env", "descendants", "find_
 
 BACKENDS = ("gloo", "mpi", "none")
 POLL_S = 0.02
-STOP_GRACE_S = 5.0  # after a stop signal: time for the ranks to save and end
+STOP_GRACE_S = 10.0  # after a stop signal: time for the ranks to save and end
 ORPHAN_GRACE_S = 15.0  # ranks whose launcher process (fork server, mpiexec) died: to end
 KNOWN_EVERY_S = 0.5  # how often the processes below the launcher processes are noted
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -194,6 +194,9 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
     if run.checkpointer is not None:
         run.checkpointer.save()
         wrote.append("a checkpoint")
+    if policy is not None:  # before summary.json, as a finished run's: the summary comes last
+        run.run_dir.save_policy(*policy)
+        wrote.append("policy.pt")
     cfg = run.ctx.cfg
     stop = f"error: {reason}" if error else reason
     summary = run_summary(run.ctx, mon, stop, cfg.topology or "star", "",
@@ -202,9 +205,6 @@ def abandon_run(reason: str, error: bool = True) -> list[str]:
         summary.update(run.videos.summary())
     run.run_dir.write_summary(summary)
     wrote.append("summary.json")
-    if policy is not None:
-        run.run_dir.save_policy(*policy)
-        wrote.append("policy.pt")
     run.run_dir.close()
     return wrote
 
