@@ -83,8 +83,22 @@ def _on_stop_signal(signum: int, frame: object) -> None:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     if signum == signal.SIGTERM and (why := lifeline.lost()):
+        _end_by_own_deadline(128 + signum)  # at once: unwinding to the save may hang too
         raise LauncherLost(why)
     raise Stopped(signum)
+
+
+_OWN_TIMER: list[threading.Timer] = []
+
+
+def _end_by_own_deadline(code: int) -> None:
+    """No launcher is left to kill this rank if saving hangs: it ends itself after
+    ``--comm-timeout`` (one timer, however often asked)."""
+    if not _OWN_TIMER:
+        _OWN_TIMER.append(threading.Timer(_OWN_DEADLINE_S[0], _exit_without_launcher,
+                                          args=(code,)))
+        _OWN_TIMER[0].daemon = True
+        _OWN_TIMER[0].start()
 
 
 def _launcher_lost(rank: int, e: LauncherLost) -> tuple[int, str, bool]:
@@ -93,9 +107,7 @@ def _launcher_lost(rank: int, e: LauncherLost) -> tuple[int, str, bool]:
     hangs, it ends itself after ``--comm-timeout``. (exit code, stop reason, error)"""
     if threading.current_thread() is threading.main_thread():
         _ignore_stop_signals()  # the watch's SIGTERM may still come: saving goes on
-    timer = threading.Timer(_OWN_DEADLINE_S[0], _exit_without_launcher, args=(128 + e.signum,))
-    timer.daemon = True
-    timer.start()
+    _end_by_own_deadline(128 + e.signum)
     print(f"archzoo: rank {rank}: {e.why}: the rank stops (stop_reason: "
           f"{LauncherLost.REASON})", file=sys.stderr, flush=True)
     return 128 + e.signum, LauncherLost.REASON, False
