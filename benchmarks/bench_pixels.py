@@ -5,8 +5,8 @@ For ALE/Pong-v5 and MinAtar/Breakout-v1, in one run:
 (b) env + the CNN's forward pass (no learner), 1 and 2 processes;
 (c) each architecture's steady frames/s with 1 and 2 actor processes (env steps from the
     first metrics row after ``--warmup`` seconds to the last, over the time between), with
-    the CartPole defaults but no greedy evaluation in Ape-X and Gorila (their actors would
-    play it instead of collecting);
+    the flag defaults (``--config none``: not the env family's preset) but no greedy
+    evaluation in Ape-X and Gorila (their actors would play it instead of collecting);
 (d) bytes on the wire per frame (every rank's sends / frames, with 2 actors);
 (e) SEED's and GA3C's mean inference batch and latency (with 2 actors).
 Frames are ALE frames (agent steps × frame skip 4) for ALE ids and agent steps for MinAtar.
@@ -88,6 +88,7 @@ def arch_run(arch: str, env_id: str, actors: int, envs: int, seconds: float, war
            "--target-return", "1e9", "--quiet", "--log-interval", "1", "--run-dir", str(d)]
     if arch in ("apex", "gorila"):  # no greedy evaluation: an actor would play it, not collect
         cmd += ["--eval-interval", "3600"]
+    cmd += no_family_preset(repo)
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=repo,
                        env=dict(os.environ, PYTHONPATH=str(repo)))
     if r.returncode != 0:
@@ -95,6 +96,13 @@ def arch_run(arch: str, env_id: str, actors: int, envs: int, seconds: float, war
     s = json.loads((d / "summary.json").read_text())
     s["steady_fps"] = steady_fps(d / "metrics.csv", warmup) or s["fps"]
     return s
+
+
+def no_family_preset(repo: Path) -> list[str]:
+    """``--config none`` where ``repo`` gives a MinAtar/ or ALE/ id its family's preset without
+    ``--config`` (since 845d9fa), so that every revision runs the same flag defaults."""
+    text = (repo / "archzoo" / "presets" / "__init__.py").read_text()
+    return ["--config", "none"] if "def family(" in text else []
 
 
 def steady_fps(metrics: Path, warmup: float) -> float | None:
