@@ -128,6 +128,17 @@ def test_a_reported_grid_refuses_a_preset_not_chosen_on_tuning_seeds(tmp_path, c
     assert len(out) == 10 and "--actors 0 --envs-per-actor 32 --learner-threads 2" in out[1]
 
 
+def test_hours_starts_no_cell_that_would_end_past_it(tmp_path, capsys) -> None:
+    """``--hours 0.01`` (36 s) is shorter than a 0.1-minute cell plus its minute of start-up
+    and evaluation: the grid stops before its first cell and stores no learning record."""
+    path = tmp_path / "s.jsonl"
+    assert main(["grid", "--preset", "none", "--archs", "impala", "--games", "CartPole-v1",
+                 "--seeds", "0", "--minutes", "0.1", "--store", str(path), "--run-root",
+                 str(tmp_path / "runs"), "--hours", "0.01"]) == 0
+    assert [r["kind"] for r in store.read(path)] == ["random"]
+    assert "--hours 0.01: stopping with 2 cell(s) left" in capsys.readouterr().err
+
+
 def test_a_record_carries_commit_config_threads_and_both_readouts(tmp_path) -> None:
     """Two real runs of the grid (CartPole, IMPALA, 2 actors and its one process), each
     with its frozen evaluation, appended to the store; a second grid runs nothing."""

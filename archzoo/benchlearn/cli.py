@@ -9,7 +9,8 @@
 
 ``benchmarks/bench_learning.py`` is the same command. Every run appends a record to
 ``--store`` (benchmarks/results/learning.jsonl); a cell already there is not run again
-unless ``--rerun``. Between cells the grid waits while ``--pause-file`` exists.
+unless ``--rerun``. Between cells the grid waits while ``--pause-file`` exists, and with
+``--hours H`` it starts no cell that would end after H hours.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
                        "for it (and get their turn between cells)")
         q.add_argument("--lock-cells", type=int, default=1, metavar="K",
                        help="with --lock: hold it for K cells in a row (default 1)")
+        q.add_argument("--hours", type=float, default=None, metavar="H",
+                       help="start no cell that would end more than H hours from now (by "
+                       "the mean cell so far, at first --minutes plus one): a grid in parts")
 
     g = sub.add_parser("grid", help="the reported cells")
     common(g)
@@ -132,6 +136,7 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
 
     spent: list[float] = []
     held = None  # the lock, while this grid holds it
+    deadline = None if args.hours is None else time.time() + args.hours * 3600
     for n, (setup, game, seed) in enumerate(left, 1):
         slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
         run_dir = root / f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
@@ -141,6 +146,11 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
             continue
         while args.pause_file is not None and args.pause_file.exists():
             time.sleep(5)
+        cell_s = statistics.fmean(spent) if spent else args.minutes * 60 + 60
+        if deadline is not None and time.time() + cell_s > deadline:
+            print(f"--hours {args.hours:g}: stopping with {len(left) - n + 1} cell(s) left "
+                  "(run the same command again to go on)", file=sys.stderr, flush=True)
+            break
         eta = f", about {statistics.fmean(spent) * (len(left) - n + 1) / 3600:.1f} h left" \
             if spent else ""
         print(f"[{n}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}", file=sys.stderr,
