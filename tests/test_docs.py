@@ -823,3 +823,11 @@ def test_the_pages_quote_the_learning_records_as_they_are() -> None:
         text = page.read_text()
         if BLOCK.search(text):
             assert fill_blocks(text, groups) == text, f"{rel(page)}: a stale results block"
+
+
+def test_the_docs_stay_short_enough_to_read() -> None:
+    """docs/*.md under 4,000 lines, with docs/results.md at its own budget of 250 (the grid,
+    once full, must still fit); a generated benchmark table belongs in benchmarks/results/."""
+    pages = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "docs").glob("*.md")}
+    assert pages["results.md"] <= 250, pages["results.md"]
+    assert sum(pages.values()) - pages["results.md"] + 250 < 4000, sorted(pages.items())
