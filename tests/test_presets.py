@@ -37,14 +37,18 @@ def test_a_preset_name_resolves_outside_the_repository(arch: str, tmp_path: Path
     assert parse_run(flags)[0].env == "MinAtar/Asterix-v1"  # a flag overrides the preset
 
 
-def test_a_switch_the_preset_turns_on_can_be_turned_off() -> None:
-    """Every boolean flag has a --no- form, so a preset's true is not final."""
-    cfg = parse_run(["run", "impala", "--config", "minatar"])[0]
+def test_a_switch_the_preset_turns_on_can_be_turned_off(tmp_path: Path) -> None:
+    """Every boolean flag has a --no- form, so a preset's true is not final (a preset file of
+    its own: the bundled presets' switches are chosen by the learning benchmark)."""
+    preset, replay = tmp_path / "impala.toml", tmp_path / "gorila.toml"
+    preset.write_text("lr-decay = true\nbatch-unrolls = 1\n")
+    replay.write_text("prioritized = true\n")
+    cfg = parse_run(["run", "impala", "--config", str(preset)])[0]
     assert cfg.lr_decay and cfg.batch_unrolls == 1
-    off, given = parse_run(["run", "impala", "--config", "minatar", "--no-lr-decay"])
+    off, given = parse_run(["run", "impala", "--config", str(preset), "--no-lr-decay"])
     assert not off.lr_decay and "lr_decay" in given
-    assert parse_run(["run", "gorila", "--config", "minatar"])[0].prioritized
-    assert not parse_run(["run", "gorila", "--config", "minatar",
+    assert parse_run(["run", "gorila", "--config", str(replay)])[0].prioritized
+    assert not parse_run(["run", "gorila", "--config", str(replay),
                           "--no-prioritized"])[0].prioritized
     assert parse_run(["run", "impala", "--lr-decay"])[0].lr_decay  # off by default
 
