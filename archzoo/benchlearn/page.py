@@ -243,7 +243,8 @@ PROTOCOL = """\
   says "no difference measured". A comparison with fewer than {min_runs} runs a side says
   nothing.
 - **Collapsed**: train100 ended under 0.7 of its best window (once that reached 4), or the
-  policy's entropy ended under 0.05.
+  policy's entropy ended under 0.05; for Ape-X, Gorila and R2D2 the windows are their
+  periodic greedy evaluation's, 3 in a row averaged (their train100 pools the ε ladder).
 - **Deviations from the papers.** The IMPALA, SEED RL and GA3C presets are APPO-like: PPO's
   clipped surrogate (Schulman et al. 2017) on the V-trace advantages; GA3C's preset uses
   V-trace, not GA3C's own loss. Ape-X, Gorila and R2D2 run scaled-down replay and batch

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from archzoo.collapse import COLLAPSE_RATIO
+from archzoo.benchlearn.protocol import EPSILON_ARCHS
+from archzoo.collapse import GREEDY_WINDOW, collapsed, judged
 
 Row = dict[str, float]
 RETURN = "mean_return_100"
@@ -53,14 +54,21 @@ def readouts(rows: list[Row], evaluation: dict[str, Any] | None) -> dict[str, An
 
 
 def collapse(record: dict[str, Any]) -> str | None:
-    """Why a run counts as collapsed, or None: its training return ended under
-    COLLAPSE_RATIO × its best window (once that reached :data:`COLLAPSE_FROM`), or its
-    policy's entropy ended under :data:`ENTROPY_FLOOR`."""
+    """Why a run counts as collapsed, or None, by :mod:`archzoo.collapse`'s rule (the CI
+    guard's): its final window ended under COLLAPSE_RATIO × its best (once that reached
+    :data:`COLLAPSE_FROM`), or its policy's entropy ended under :data:`ENTROPY_FLOOR`. The
+    windows are the training return100, or for the ε-greedy architectures the periodic
+    greedy evaluation's (smoothed as the guard does): their return100 pools the whole ε
+    ladder, whose most exploring envs end the most episodes."""
     r = record.get("readouts") or {}
-    top, end, ent = r.get("train_best"), r.get("train"), r.get("entropy_final")
-    if top is not None and end is not None and top >= COLLAPSE_FROM and \
-            end < COLLAPSE_RATIO * top:
-        return f"return fell to {end:.1f} from a best window of {top:.1f}"
+    if record.get("arch") in EPSILON_ARCHS:
+        w = judged(windows(record.get("rows") or [], GREEDY_WINDOW), greedy=True)
+        top, end, what = (max(w) if w else None), (w[-1] if w else None), "greedy return"
+    else:
+        top, end, what = r.get("train_best"), r.get("train"), "return"
+    if collapsed(top, end, COLLAPSE_FROM):
+        return f"{what} fell to {end:.1f} from a best window of {top:.1f}"
+    ent = r.get("entropy_final")
     if ent is not None and ent < ENTROPY_FLOOR:
         return f"entropy ended at {ent:.3g}"
     return None
