@@ -140,6 +140,8 @@ def test_hours_starts_no_cell_that_would_end_past_it(tmp_path, capsys) -> None:
                  str(tmp_path / "runs"), "--hours", "0.01"]) == 0
     assert [r["kind"] for r in store.read(path)] == ["random"]
     assert "--hours 0.01: stopping with 2 cell(s) left" in capsys.readouterr().err
+    assert main(["tune", "--archs", "impala", "--store", str(path), "--hours", "0"]) == 2
+    assert "--hours 0: give a positive number of hours" in capsys.readouterr().err
 
 
 def test_a_record_carries_commit_config_threads_and_both_readouts(tmp_path) -> None:

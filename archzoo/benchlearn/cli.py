@@ -121,6 +121,8 @@ def report_cells(args: argparse.Namespace) -> list[tuple[P.Setup, str, int]]:
 def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
               purpose: str) -> int:
     """Run the cells of ``todo`` the store does not have yet (all with ``--rerun``)."""
+    if args.hours is not None and not args.hours > 0:
+        raise UsageError(f"--hours {args.hours:g}: give a positive number of hours")
     have = store.newest(store.read(args.store))
     preset = _preset(args)
     def key(setup: P.Setup, game: str, seed: int) -> tuple:
