@@ -337,8 +337,10 @@ def _reproduce_section(cells: list[Record], commands: list[str]) -> list[str]:
     out = ["## Reproduce", "", "The grid (it keeps finished cells, so it runs in parts):", "",
            *(f"    {c}" for c in commands), ""]
     if example is not None:
+        run_dir = example["command"].split("--run-dir ", 1)[-1].split(" ", 1)[0]
         out += ["One cell, as the store records it (then its evaluation):", "",
-                f"    {example['command']}", f"    {example['eval_command']}", ""]
+                *(f"    {example[k].replace(run_dir, 'RUN_DIR')}"
+                  for k in ("command", "eval_command")), ""]
     out += ["Commits of the cells: " + ", ".join(f"`{c}` ({n})" for c, n in
                                                  commits.most_common()) + ".",
             "Machines: " + ", ".join(f"{m} ({n})" for m, n in machines.most_common()) + "."]
