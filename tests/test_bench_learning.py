@@ -234,20 +234,23 @@ def test_a_collapse_is_read_off_the_rows() -> None:
         "greedy return fell to 20.0 from a best window of 61.0"
 
 
+def record(kind: str, seed: int, value: float, game: str = "MinAtar/Breakout-v1") -> dict:
+    """A reported IMPALA cell as the runner writes it, with readouts around ``value``."""
+    return {"kind": "learning", "purpose": "report", "preset": "p", "arch": "impala",
+            "setup": f"impala, {kind}", "setup_kind": kind, "game": game,
+            "seed": seed, "minutes": 5.0, "error": None, "rows": [],
+            "readouts": {"eval": value, "train": value + 1 if kind == "distributed" else
+                         value + 1 + seed % 2, "auc": value},
+            "summary": {"env_steps": 10**6, "policy_lag_mean": 1.0},
+            "threads": {"processes": 3, "learner_process": 1, "other_processes": 1,
+                        "cores": 2},
+            "provenance": {"commit": "abc", "dirty": False, "cpu_model": "cpu"},
+            "command": "cmd", "eval_command": "ev"}
+
+
 def test_the_page_claims_only_what_the_intervals_allow() -> None:
     """Five seeds a side from records as the runner writes them: a clear gap is a claim,
     overlapping scores are "no difference measured"."""
-    def record(kind: str, seed: int, value: float) -> dict:
-        return {"kind": "learning", "purpose": "report", "preset": "p", "arch": "impala",
-                "setup": f"impala, {kind}", "setup_kind": kind, "game": "MinAtar/Breakout-v1",
-                "seed": seed, "minutes": 5.0, "error": None, "rows": [],
-                "readouts": {"eval": value, "train": value + 1 if kind == "distributed" else
-                             value + 1 + seed % 2, "auc": value},
-                "summary": {"env_steps": 10**6, "policy_lag_mean": 1.0},
-                "threads": {"processes": 3, "learner_process": 1, "other_processes": 1,
-                            "cores": 2},
-                "provenance": {"commit": "abc", "dirty": False, "cpu_model": "cpu"},
-                "command": "cmd", "eval_command": "ev"}
     records = [record("distributed", s, 50.0 + s) for s in range(5)] + \
         [record("one process", s, 10.0 + s) for s in range(5)]
     # train100: 2 actors 51..55, one process 11..16 as well but shifted back by 40 below
@@ -258,3 +261,40 @@ def test_the_page_claims_only_what_the_intervals_allow() -> None:
     assert row[5] == "2 actors better"  # eval: 50..54 against 10..14
     assert row[9] == "no difference measured"  # train100: 51..55 against 51..56
     assert json.dumps(text).count("dirty") == 0
+
+
+def test_the_aggregate_normalizes_per_game_and_says_when_it_has_too_few_games() -> None:
+    """Two games, 3 seeds a side: the IQM of (score − random) / (reference − random) over
+    games × seeds, and P(2 actors > one process) against a count over all pairs. With one
+    game the page says there is no aggregate yet."""
+    games = P.GAMES[:2]
+    randoms = {games[0]: 1.0, games[1]: 5.0}
+    values = {("distributed", games[0]): [61.0, 81.0, 101.0],
+              ("one process", games[0]): [31.0, 91.0, 41.0],
+              ("distributed", games[1]): [25.0, 15.0, 35.0],
+              ("one process", games[1]): [10.0, 20.0, 45.0]}
+    records = [record(kind, seed, v, game) for (kind, game), vs in values.items()
+               for seed, v in enumerate(vs)]
+    randoms_records = [{"kind": "random", "game": g, "mean_return": m}
+                       for g, m in randoms.items()]
+    text = page(records + randoms_records, "p", 5.0, None, "s.jsonl", ["cmd"])
+    row = next(ln for ln in text.split("**frozen evaluation**")[1].splitlines()
+               if ln.startswith("| impala |")).strip("| ").split(" | ")
+
+    def norm(kind: str) -> np.ndarray:
+        return np.array([[(v - randoms[g]) / (P.REFERENCE_SCORES[g] - randoms[g])
+                          for v in values[(kind, g)]] for g in games]).T  # seeds × games
+    x, y = norm("distributed"), norm("one process")
+    assert row[1] == "2 × 3"
+    assert float(row[2].split(" [")[0]) == pytest.approx(
+        scipy.stats.trim_mean(x.ravel(), 0.25), abs=0.005)
+    assert float(row[3].split(" [")[0]) == pytest.approx(
+        scipy.stats.trim_mean(y.ravel(), 0.25), abs=0.005)
+    pairs = [np.mean([(a > b) + 0.5 * (a == b) for a in x[:, t] for b in y[:, t]])
+             for t in range(len(games))]
+    assert float(row[4].split(" [")[0]) == pytest.approx(np.mean(pairs), abs=0.005)
+    assert "No aggregate yet" not in text
+
+    one_game = [r for r in records if r["game"] == games[0]]
+    text = page(one_game + randoms_records, "p", 5.0, None, "s.jsonl", ["cmd"])
+    assert "**frozen evaluation**" not in text and "No aggregate yet" in text

@@ -293,13 +293,19 @@ def _aggregate_section(groups: Groups, randoms: dict[str, float]) -> list[str]:
            "5-minute window of any setup in the records before this protocol, rounded up). "
            "IQM over games × seeds (the seeds every game has); P(2 actors > one process) "
            "is the probability of improvement.", ""]
+    empty = True
     for readout, title in (("eval", "frozen evaluation"), ("train", "train100")):
         rows = aggregate(groups, randoms, readout)
         if not rows:
             continue
+        empty = False
         out += [f"**{title}**", "", "| architecture | games × seeds | 2 actors | one process "
                 "| P(2 actors > one process) | says |", "|---|---:|---:|---:|---:|---|"]
         out += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    if empty:
+        have = [g for g in P.GAMES if g in groups and g in randoms]
+        out += ["No aggregate yet: it needs an architecture with both setups on at least 2 "
+                f"games (games with cells and a random score so far: {len(have)}).", ""]
     return out
 
 
