@@ -476,14 +476,15 @@ def forward_argv(argv: list[str], args: RunConfig) -> list[str]:
 
 def config_argv(cfg: RunConfig, names: Iterable[str]) -> list[str]:
     """``["run", ARCH, "--flag", "value", ...]`` for the fields ``names`` of ``cfg``: the
-    command line that parses back into the same values (booleans as ``--x``/``--no-x``;
-    ``--config none`` where the config has no preset but its env's family has one)."""
+    command line that parses back into the same values (booleans as ``--x``/``--no-x``,
+    always spelled: a false that is the class's default may still turn off a preset's
+    true; ``--config none`` where the config has no preset but its env's family has one)."""
     fields = {f.name: f for f in flag_fields(type(cfg))}
     argv = ["run", cfg.arch]
     for name in sorted(names):
         value, flag, f = getattr(cfg, name), flag_name(name), fields[name]
-        if value is None or (value is False and f.default is False):
-            continue  # the default: None is never spelled, nor a false that is the default
+        if value is None:
+            continue  # None is never spelled
         if field_type(f) == "bool":
             argv.append(flag if value else f"--no-{flag[2:]}")
         else:

@@ -50,7 +50,7 @@ def test_config_argv_parses_back_into_the_same_config(arch: str) -> None:
         cfg = cls(arch=arch, **values)
         back, given = parse_run(config_argv(cfg, values))
         assert back == cfg
-        # a False store_true flag is its default, not spelled; no preset on a MinAtar env
+        # a None is not spelled; no preset on a MinAtar env
         # is spelled --config none (else the child would take the family's preset)
         assert given - {"config"} <= set(values)
 

@@ -15,7 +15,7 @@ from archzoo import presets
 from archzoo.architectures import ARCHITECTURES
 from archzoo.cli import main
 from archzoo.errors import UsageError
-from archzoo.resolve import parse_run, validate_run
+from archzoo.resolve import config_argv, parse_run, validate_run
 
 
 def test_the_presets_ship_for_every_architecture() -> None:
@@ -47,6 +47,8 @@ def test_a_switch_the_preset_turns_on_can_be_turned_off(tmp_path: Path) -> None:
     assert cfg.lr_decay and cfg.batch_unrolls == 1
     off, given = parse_run(["run", "impala", "--config", str(preset), "--no-lr-decay"])
     assert not off.lr_decay and "lr_decay" in given
+    # the child ranks parse what the launcher resolved: the --no- survives into their argv
+    assert parse_run(config_argv(off, given))[0] == off
     assert parse_run(["run", "gorila", "--config", str(replay)])[0].prioritized
     assert not parse_run(["run", "gorila", "--config", str(replay),
                           "--no-prioritized"])[0].prioritized
