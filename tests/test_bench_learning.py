@@ -69,10 +69,15 @@ def test_tuning_and_reported_seeds_are_kept_apart(argv, said, tmp_path, capsys) 
 
 
 def _learning(arch: str, seed: int, candidate: str, value: float, purpose: str = "tune",
-              rows: list[dict] | None = None) -> dict:
-    """A learning record as the runner writes it, with the fields a choice reads."""
+              rows: list[dict] | None = None, config: dict | None = None) -> dict:
+    """A learning record as the runner writes it, with the fields a choice reads (its
+    resolved config holds the candidate's values unless ``config`` says otherwise)."""
     rows = rows or [{"time_s": 5.0, "mean_return_100": value}]
+    if config is None:
+        values = dict(tuning.CANDIDATES[arch])[candidate]
+        config = {k.replace("-", "_"): v for k, v in values.items()}
     return {"kind": "learning", "purpose": purpose, "preset": "minatar", "arch": arch,
+            "config": config,
             "setup": f"{arch}, 2 actors [{candidate}]", "setup_kind": "distributed",
             "game": tuning.TUNING_GAME, "seed": seed, "minutes": 5.0, "error": None,
             "rows": rows, "readouts": {"eval": value, "train": rows[-1]["mean_return_100"],
@@ -107,6 +112,59 @@ def test_a_preset_is_chosen_by_its_own_score_on_tuning_seeds_alone(tmp_path) -> 
     assert decay["preset_digest"] != constant["preset_digest"]
     assert P.preset_digest("impala", "minatar") in (decay["preset_digest"],
                                                     constant["preset_digest"])
+
+
+def test_a_tuning_run_that_did_not_hold_its_candidate_is_left_out_and_run_again(
+        tmp_path, capsys) -> None:
+    """A run whose resolved config lacks its candidate's values (its child ranks lost a
+    ``--no-`` flag, as they did before config_argv spelled every given switch) ran the other
+    candidate: the choice leaves it out and names it, and ``tune`` runs its cell again."""
+    lost = _learning("impala", 100, "constant lr", 90.0, config={"lr_decay": True})
+    records = [_learning("impala", 100, "lr-decay", 30.0), lost,
+               _learning("impala", 101, "constant lr", 20.0)]
+    assert not tuning.holds(lost) and tuning.holds(records[0]) and tuning.holds(records[2])
+    path = tmp_path / "s.jsonl"
+    for r in records:
+        store.append(path, r)
+    assert main(["tune", "--archs", "impala", "--store", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()  # the lost cell and the one never run
+    assert len(out) == 2 and "--no-lr-decay --actors 2 --seed 100" in out[0] \
+        and "--lr-decay --actors 2 --seed 101" in out[1], out
+    with pytest.raises(UsageError, match=r"'lr-decay' has no run of its values on seed"):
+        tuning.choose(records, "impala", "minatar")  # each candidate on every seed first
+    records += [_learning("impala", 100, "constant lr", 25.0),
+                _learning("impala", 101, "lr-decay", 26.0)]
+    choice = tuning.choose(records, "impala", "minatar")
+    assert choice["candidates"]["constant lr"]["scores"] == [20.0, 25.0]  # not the 90
+    assert choice["chosen"] == "lr-decay"  # 28 against 22.5; with the 90, constant lr
+    assert choice["left_out"] == ["impala, 2 actors [constant lr] s100"]
+    text = page([*records, {**choice, "preset_digest": "d"}], "minatar", 5.0, None, "s.jsonl",
+                ["cmd"])
+    assert "Left out, since the run's resolved config did not hold its candidate's values " \
+        "(tune runs such a cell again): impala, 2 actors [constant lr] s100 (impala)." in text
+
+
+def test_a_reported_run_of_other_preset_values_runs_again_and_leaves_the_page(
+        tmp_path, capsys) -> None:
+    """A reported cell whose record ran other values than the preset holds now (its digest
+    differs) is not kept: the grid runs it again, and the page draws only runs of the values
+    of the architecture's newest choice."""
+    path = tmp_path / "s.jsonl"
+    digest = P.preset_digest("impala", "minatar")
+    store.append(path, {"kind": "preset-choice", "arch": "impala", "preset": "minatar",
+                        "preset_digest": digest, "seeds": [100, 101], "chosen": "constant lr",
+                        "candidates": {}})
+    for kind, setup, d in (("distributed", "impala, 2 actors", "0" * 16),
+                           ("one process", "impala, one process", digest)):
+        store.append(path, {**record(kind, 0, 50.0), "preset": "minatar", "setup": setup,
+                            "preset_digest": d})
+    assert main(["grid", "--archs", "impala", "--games", "MinAtar/Breakout-v1", "--seeds", "0",
+                 "--store", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "--actors 2 --seed 0" in out[0], out
+    text = page(store.read(path), "minatar", 5.0, None, "s.jsonl", ["cmd"])
+    row = next(ln for ln in text.splitlines() if ln.startswith("| impala |")).split(" | ")
+    assert row[1] == "0 / 1"
 
 
 def test_a_reported_grid_refuses_a_preset_not_chosen_on_tuning_seeds(tmp_path, capsys) -> None:

@@ -36,10 +36,19 @@ def records_digest(records: list[Record]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def chosen_digests(records: list[Record], preset: str) -> dict[str, str]:
+    """Per architecture, the digest of its newest preset choice of ``preset``."""
+    return {r["arch"]: r["preset_digest"] for r in records if r.get("kind") == "preset-choice"
+            and r["preset"] == preset and r.get("preset_digest")}
+
+
 def group(records: list[Record], preset: str, minutes: float) -> Groups:
-    """The newest reported record of every cell, by game, architecture and setup kind."""
+    """The newest reported record of every cell, by game, architecture and setup kind; where
+    the store has a choice of the architecture's preset, only runs of the chosen values."""
     out: Groups = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for r in newest(records).values():
+    chosen = chosen_digests(records, preset)
+    for r in newest(r for r in records if r.get("kind") != "learning" or r["arch"] not in
+                    chosen or r.get("preset_digest") == chosen[r["arch"]]).values():
         if r["purpose"] == "report" and r["preset"] == preset and r["minutes"] == minutes \
                 and not r.get("error") and r["setup_kind"] in KINDS:
             out[r["game"]][r["arch"]][r["setup_kind"]].append(r)
@@ -319,7 +328,8 @@ def _choices_section(records: list[Record], preset: str) -> list[str]:
     out = ["## How the presets were chosen", "",
            "Each candidate ran with `--actors 2` on Breakout, tuning seeds only; the best mean "
            "frozen evaluation that did not collapse was kept (`archzoo bench learning tune`, "
-           "then `choose`). Its one process played no part.", "",
+           "then `choose`), counting a run only where its resolved config holds its candidate's "
+           "values. Its one process played no part.", "",
            "| architecture | seeds | candidates: mean eval (collapsed runs) | chosen |",
            "|---|---|---|---|"]
     for arch in P.ARCHS:
@@ -331,6 +341,10 @@ def _choices_section(records: list[Record], preset: str) -> list[str]:
                           for n, v in c["candidates"].items())
         out.append(f"| {arch} | {', '.join(map(str, c['seeds']))} | {cands} | "
                    f"{c['chosen']} |")
+    left = [f"{r} ({a})" for a in P.ARCHS if a in latest for r in latest[a].get("left_out", [])]
+    if left:
+        out += ["", "Left out, since the run's resolved config did not hold its candidate's "
+                f"values (tune runs such a cell again): {'; '.join(left)}."]
     return out + [""]
 
 

@@ -54,11 +54,33 @@ def tuning_setups(arch: str, preset: str) -> list[P.Setup]:
             for name, values in CANDIDATES[arch]]
 
 
+def candidate_values(record: Record) -> Values | None:
+    """The values of a tuning record's candidate (its setup's ``[name]``), else None."""
+    name = record["setup"].rpartition("[")[2].rstrip("]")
+    return dict(CANDIDATES.get(record["arch"], ())).get(name)
+
+
+def holds(record: Record) -> bool:
+    """Whether a tuning record's resolved config (config.json) has its candidate's values.
+    One that does not ran something else (a ``--no-`` flag that its child ranks lost, say)
+    and is no evidence for the candidate: a choice leaves it out and ``tune`` runs it again."""
+    if record.get("kind") != "learning" or record.get("purpose") != "tune":
+        return True
+    values = candidate_values(record)
+    if values is None:
+        return True
+    config = record.get("config") or {}
+    return all(config.get(k.replace("-", "_")) == v for k, v in values.items())
+
+
 def choose(records: Iterable[Record], arch: str, preset: str) -> Record:
     """The preset-choice record of ``arch``'s tuning records: per candidate its scores and
-    collapses, and the winner. A record of a reported seed is a UsageError."""
-    mine = [r for r in records if r.get("kind") == "learning" and r["purpose"] == "tune"
+    collapses, and the winner; records that do not :func:`hold` their candidate are left
+    out (and named). A record of a reported seed is a UsageError."""
+    ours = [r for r in records if r.get("kind") == "learning" and r["purpose"] == "tune"
             and r["arch"] == arch and r["preset"] == preset]
+    mine = [r for r in ours if holds(r)]
+    left_out = sorted(f"{r['setup']} s{r['seed']}" for r in ours if not holds(r))
     reported = sorted({r["seed"] for r in mine if r["seed"] < P.TUNING_SEEDS})
     if reported:
         raise UsageError(f"{arch}: a preset cannot be chosen on reported seed(s) "
@@ -74,11 +96,17 @@ def choose(records: Iterable[Record], arch: str, preset: str) -> Record:
     if not any(c["mean"] is not None for c in table.values()):
         raise UsageError(f"{arch}: no finished tuning run to choose from (archzoo bench "
                          f"learning tune --archs {arch})")
+    seeds = {r["seed"] for r in mine}
+    for name, c in table.items():
+        if missing := sorted(seeds - set(c["seeds"])):
+            raise UsageError(f"{arch}: candidate {name!r} has no run of its values on seed(s) "
+                             f"{', '.join(map(str, missing))}: run archzoo bench learning tune "
+                             f"--archs {arch} first")
     standing = {n: c for n, c in table.items() if c["mean"] is not None and not c["collapsed"]}
     pool = standing or {n: c for n, c in table.items() if c["mean"] is not None}
     chosen = max(pool, key=lambda n: pool[n]["mean"])
     return {"kind": "preset-choice", "arch": arch, "preset": preset, "readout": READOUT,
-            "candidates": table, "chosen": chosen,
+            "candidates": table, "chosen": chosen, "left_out": left_out,
             "seeds": sorted({s for c in table.values() for s in c["seeds"]}),
             "chosen_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
