@@ -141,7 +141,7 @@ def test_a_tuning_run_that_did_not_hold_its_candidate_is_left_out_and_run_again(
     text = page([*records, {**choice, "preset_digest": "d"}], "minatar", 5.0, None, "s.jsonl",
                 ["cmd"])
     assert "Left out, since the run's resolved config did not hold its candidate's values " \
-        "(tune runs such a cell again): impala, 2 actors [constant lr] s100 (impala)." in text
+        "(tune runs such a cell again): impala, 2 actors [constant lr] s100." in text
 
 
 def test_a_reported_run_of_other_preset_values_runs_again_and_leaves_the_page(

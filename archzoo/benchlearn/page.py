@@ -341,7 +341,7 @@ def _choices_section(records: list[Record], preset: str) -> list[str]:
                           for n, v in c["candidates"].items())
         out.append(f"| {arch} | {', '.join(map(str, c['seeds']))} | {cands} | "
                    f"{c['chosen']} |")
-    left = [f"{r} ({a})" for a in P.ARCHS if a in latest for r in latest[a].get("left_out", [])]
+    left = [r for a in P.ARCHS if a in latest for r in latest[a].get("left_out", [])]
     if left:
         out += ["", "Left out, since the run's resolved config did not hold its candidate's "
                 f"values (tune runs such a cell again): {'; '.join(left)}."]
