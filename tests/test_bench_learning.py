@@ -220,6 +220,7 @@ def test_a_record_carries_commit_config_threads_and_both_readouts(tmp_path) -> N
         assert r["error"] is None and r["returncode"] == 0
         assert r["provenance"]["commit"] == head and isinstance(r["provenance"]["dirty"], bool)
         assert r["provenance"]["cpu_count"] and r["provenance"]["versions"]["torch"]
+        assert r["calibration"]["env_steps_per_s"] > 0 and r["calibration"]["updates_per_s"] > 0
         assert r["config"]["arch"] == "impala" and r["config"]["seed"] == 0
         assert r["config"]["env"] == "CartPole-v1" and r["minutes"] == 0.1
         ev = r["evaluation"]
@@ -247,6 +248,8 @@ def test_a_record_carries_commit_config_threads_and_both_readouts(tmp_path) -> N
     run_dir = str(tmp_path / "runs")
     assert head[:10] in text and one["command"].split(run_dir)[0] in text
     assert run_dir not in text and "--run-dir RUN_DIR" in text  # no path of this machine
+    day = dist["provenance"]["start_time"][:10]
+    assert f"- {day}: 2 cells, " in text and "steps/s" in text.split(f"- {day}")[1]
 
 
 def test_iqm_intervals_and_improvement_against_plain_references() -> None:

@@ -364,6 +364,27 @@ def _reproduce_section(cells: list[Record], commands: list[str]) -> list[str]:
     out += ["Commits of the cells: " + ", ".join(f"`{c}` ({n})" for c, n in
                                                  commits.most_common()) + ".",
             "Machines: " + ", ".join(f"{m} ({n})" for m, n in machines.most_common()) + "."]
+    return out + ["", *speed_lines(cells)]
+
+
+def speed_lines(cells: list[Record]) -> list[str]:
+    """The machine's speed per day of cells (archzoo/benchlearn/calibrate.py): the model
+    name is the same on machines up to twice as fast as each other."""
+    days: dict[str, list[Record]] = defaultdict(list)
+    for r in cells:
+        days[str(r["provenance"].get("start_time", "?"))[:10]].append(r)
+    out = ["Machine speed before each cell (best of 3 one-thread timings: MinAtar steps/s, "
+           "impala-cnn updates/s of 320 observations; median and range), per day:", ""]
+    for day in sorted(days):
+        cal = [r["calibration"] for r in days[day] if r.get("calibration")]
+        n = f"{len(days[day])} cell{'s' if len(days[day]) != 1 else ''}"
+        if not cal:
+            out.append(f"- {day}: {n}, not measured (before calibration)")
+            continue
+        env, upd = ([c[k] for c in cal] for k in ("env_steps_per_s", "updates_per_s"))
+        out.append(f"- {day}: {n}, {statistics.median(env) / 1e3:.0f}k "
+                   f"({min(env) / 1e3:.0f}k-{max(env) / 1e3:.0f}k) steps/s, "
+                   f"{statistics.median(upd):.1f} ({min(upd):.1f}-{max(upd):.1f}) updates/s")
     return out
 
 

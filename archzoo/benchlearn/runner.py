@@ -4,7 +4,8 @@ The run is ``archzoo run`` in its own process group, ended by its wall clock
 (``--time-limit``, counted from the first env step); then ``archzoo eval --parallel`` plays
 the final parameters for :data:`~archzoo.benchlearn.protocol.EVAL_EPISODES` episodes in a
 separate process. The record holds what the run directory says (config.json, metrics.csv,
-summary.json) with its provenance.
+summary.json) with its provenance and the machine's speed just before it
+(:mod:`~archzoo.benchlearn.calibrate`).
 """
 
 from __future__ import annotations
@@ -109,9 +110,11 @@ def threads(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
 def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str | None,
              run_dir: Path, purpose: str) -> Record:
     """Run one cell and return its record (not yet stored)."""
+    from archzoo.benchlearn.calibrate import calibrate
     from archzoo.provenance import provenance
 
     prov = provenance()
+    speed = calibrate()
     load_before = os.getloadavg()
     cmd = command(setup, game, seed, minutes, preset, run_dir)
     started = time.time()
@@ -136,7 +139,8 @@ def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str |
         "seed": seed, "minutes": minutes, "flags": list(setup.flags),
         "command": shlex.join(["python", *cmd[1:]]), "eval_command":
             shlex.join(["python", *eval_command(run_dir, seed)[1:]]),
-        "provenance": prov, "config": config, "threads": threads(config, summary),
+        "provenance": prov, "calibration": speed, "config": config,
+        "threads": threads(config, summary),
         "returncode": rc, "error": error or eval_error, "wall_s": round(wall, 1),
         "load_avg": {"before": load_before, "after": os.getloadavg()},
         "summary": {k: summary.get(k) for k in SUMMARY_KEYS if k in summary} | {
