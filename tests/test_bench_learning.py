@@ -130,6 +130,14 @@ def test_a_tuning_run_that_did_not_hold_its_candidate_is_left_out_and_run_again(
     out = capsys.readouterr().out.splitlines()  # the lost cell and the one never run
     assert len(out) == 2 and "--no-lr-decay --actors 2 --seed 100" in out[0] \
         and "--lr-decay --actors 2 --seed 101" in out[1], out
+    assert main(["tune", "--archs", "impala", "--store", str(path), "--dry-run", "--rerun",
+                 "--candidates", "lr-decay"]) == 0  # one candidate again, beside its rival
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and all("--lr-decay --actors 2" in ln for ln in out), out
+    assert main(["tune", "--archs", "impala", "--store", str(path), "--dry-run",
+                 "--candidates", "adam"]) == 2
+    assert "--candidates adam: the candidates of impala are constant lr, lr-decay" in \
+        capsys.readouterr().err
     with pytest.raises(UsageError, match=r"'lr-decay' has no run of its values on seed"):
         tuning.choose(records, "impala", "minatar")  # each candidate on every seed first
     records += [_learning("impala", 100, "constant lr", 25.0),

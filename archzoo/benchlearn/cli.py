@@ -92,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--seeds", type=int, nargs="+", default=[P.TUNING_SEEDS,
                                                             P.TUNING_SEEDS + 1])
     t.add_argument("--game", default=tuning.TUNING_GAME)
+    t.add_argument("--candidates", nargs="+", default=None, metavar="NAME",
+                   help="only these candidates (e.g. 'lr-decay'; default: all), so that a "
+                   "candidate run again can be run again next to its rivals")
     c = sub.add_parser("choose", help="write each architecture's best candidate into its "
                        "preset")
     common(c)
@@ -201,7 +204,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     P.check_seeds(args.seeds, "tune")
     if _preset(args) is None:
         raise UsageError("tune chooses a preset: give --preset NAME")
-    setups = {a: tuple(tuning.tuning_setups(a, args.preset)) for a in args.archs}
+    setups = {a: tuple(s for s in tuning.tuning_setups(a, args.preset)
+                       if args.candidates is None or s.candidate in args.candidates)
+              for a in args.archs}
+    known = {name for a in args.archs for name, _ in tuning.CANDIDATES[a]}
+    if unknown := sorted(set(args.candidates or ()) - known):
+        raise UsageError(f"--candidates {unknown[0]}: the candidates of "
+                         f"{', '.join(args.archs)} are {', '.join(sorted(known))}")
     todo = list(P.cells(args.archs, [args.game], {args.game: args.seeds}, setups))
     return run_cells(args, todo, "tune")
 
