@@ -238,7 +238,10 @@ PROTOCOL = """\
   run uses ({cores} here), twice the envs (`--envs-per-actor`), and for Ape-X, Gorila and
   R2D2 the same ε ladder over its envs (`--eps-ladder 2`).
 - **Budget.** {minutes:g} minutes of wall time from the first env step (`--time-limit`), every
-  run alone on the machine; setups alternate within a seed.
+  run alone on the machine; setups alternate within a seed. Wall time buys what the machine
+  gives: this workplace's machines all read "AMD EPYC" yet differ up to twice in speed, so
+  each cell records a timing taken just before it (per day under Reproduce). A seed's two
+  setups run back to back on one machine; cells of different days may not have.
 - **Seeds.** Reported seeds are 0-4 (Breakout) and 0-2 (the other games); presets were chosen
   on seeds 100 and up (below), never on a reported seed.
 - **Read-outs.** *eval*: {episodes} episodes of the final parameters, frozen, in a separate
