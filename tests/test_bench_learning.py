@@ -146,6 +146,10 @@ def test_a_tuning_run_that_did_not_hold_its_candidate_is_left_out_and_run_again(
     assert choice["candidates"]["constant lr"]["scores"] == [20.0, 25.0]  # not the 90
     assert choice["chosen"] == "lr-decay"  # 28 against 22.5; with the 90, constant lr
     assert choice["left_out"] == ["impala, 2 actors [constant lr] s100"]
+    rerun = tuning.choose([*records, _learning("impala", 100, "lr-decay", 10.0)], "impala",
+                          "minatar")  # a cell run again counts once, as its newest run
+    assert rerun["candidates"]["lr-decay"]["scores"] == [10.0, 26.0]
+    assert rerun["chosen"] == "constant lr"
     text = page([*records, {**choice, "preset_digest": "d"}], "minatar", 5.0, None, "s.jsonl",
                 ["cmd"])
     assert "Left out, since the run's resolved config did not hold its candidate's values " \

@@ -20,7 +20,7 @@ from typing import Any
 
 from archzoo.benchlearn import protocol as P
 from archzoo.benchlearn.readouts import collapse, score
-from archzoo.benchlearn.store import Record
+from archzoo.benchlearn.store import Record, newest
 from archzoo.errors import UsageError
 
 Values = dict[str, Any]
@@ -75,11 +75,12 @@ def holds(record: Record) -> bool:
 
 def choose(records: Iterable[Record], arch: str, preset: str) -> Record:
     """The preset-choice record of ``arch``'s tuning records: per candidate its scores and
-    collapses, and the winner; records that do not :func:`hold` their candidate are left
-    out (and named). A record of a reported seed is a UsageError."""
+    collapses, and the winner, from the newest run of each cell; records that do not
+    :func:`holds` their candidate are left out (and named). A record of a reported seed is a
+    UsageError."""
     ours = [r for r in records if r.get("kind") == "learning" and r["purpose"] == "tune"
             and r["arch"] == arch and r["preset"] == preset]
-    mine = [r for r in ours if holds(r)]
+    mine = list(newest(r for r in ours if holds(r)).values())  # a cell run again: its newest
     left_out = sorted(f"{r['setup']} s{r['seed']}" for r in ours if not holds(r))
     reported = sorted({r["seed"] for r in mine if r["seed"] < P.TUNING_SEEDS})
     if reported:
