@@ -149,10 +149,13 @@ def test_a_death_during_start_up_ends_the_run_at_once(tmp_path: Path, backend: s
                                                        victim: int) -> None:
     """A rank killed before every rank has joined (it is still importing): nothing has
     been learnt, and the others would wait for it (under MPI in MPI_Init, which has no
-    deadline), so the launcher names it and ends the run at once, leaving nothing running."""
+    deadline), so the launcher names it and ends the run at once, leaving nothing running.
+    The gloo ranks start afresh (``ARCHZOO_FORK=0``): a forked rank imports nothing and may
+    have joined before the test finds it, and then the kill would not be during start-up."""
     d = tmp_path / "run"
+    env = {**clean_env(), "ARCHZOO_FORK": "0"}
     proc = subprocess.Popen([*ARCHZOO, "run", "impala", "--actors", "2", "--backend", backend,
-                             "--run-dir", str(d), *COMMON], env=clean_env(),
+                             "--run-dir", str(d), *COMMON], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         os.kill(rank_pid(d, victim), signal.SIGKILL)
