@@ -51,7 +51,8 @@ from archzoo.collapse import COLLAPSE_RATIO, GREEDY_WINDOW, RETURN_WINDOW, colla
 from tests.runs import cli
 
 PRESET = ["--env", "MinAtar/Breakout-v1", "--model", "impala-cnn", "--envs-per-actor", "16",
-          "--unroll-length", "20", "--lr", "0.001", "--entropy-coef", "0.01", "--clip-ratio", "0.2"]
+          "--unroll-length", "20", "--lr", "0.001", "--no-lr-decay", "--entropy-coef", "0.01",
+          "--clip-ratio", "0.2"]
 REACH, HOLD, MAX_LAG = 4.0, COLLAPSE_RATIO, 2.0
 LIMIT_S = 1200  # a run this long has hung: the budgets below take 1-5 minutes
 
