@@ -1,6 +1,7 @@
 """``archzoo bench learning grid|tune|choose|page|status``: the learning benchmark's commands.
 
     archzoo bench learning tune --archs impala seed       # candidates on seeds 100, 101
+    archzoo bench learning tune --archs apex --candidates lr-decay --rerun   # one again
     archzoo bench learning choose --archs impala seed     # the best into each preset
     archzoo bench learning grid                           # every reported cell not yet run
     archzoo bench learning grid --games MinAtar/Breakout-v1 --archs impala --dry-run
