@@ -152,8 +152,8 @@ def test_a_tuning_run_that_did_not_hold_its_candidate_is_left_out_and_run_again(
     assert rerun["chosen"] == "constant lr"
     text = page([*records, {**choice, "preset_digest": "d"}], "minatar", 5.0, None, "s.jsonl",
                 ["cmd"])
-    assert "Left out, since the run's resolved config did not hold its candidate's values " \
-        "(tune runs such a cell again): impala, 2 actors [constant lr] s100." in text
+    assert "Left out, since the run's resolved config did not hold its candidate's values: " \
+        "impala, 2 actors [constant lr] s100." in text
 
 
 def test_a_reported_run_of_other_preset_values_runs_again_and_leaves_the_page(
@@ -193,8 +193,8 @@ def test_a_reported_grid_refuses_a_preset_not_chosen_on_tuning_seeds(tmp_path, c
     assert main(argv) == 2  # chosen with a reported seed among its runs
     assert "chosen on reported seed(s) [0]: refused" in capsys.readouterr().err
     store.append(path, {**choice, "preset_digest": "0" * 16, "seeds": [100, 101]})
-    assert main(argv) == 2  # a choice of other values than the preset holds now
-    capsys.readouterr()
+    assert main(argv) == 2  # a newer choice of other values than the preset holds now
+    assert "is not its newest choice (digest 0000000000000000)" in capsys.readouterr().err
     store.append(path, {**choice, "seeds": [100, 101]})
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()

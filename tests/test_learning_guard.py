@@ -17,12 +17,12 @@ Gorila act ε-greedily, so their greedy evaluation windows are judged, each the 
 logged windows of 30 episodes (up to 90 episodes, near the others' 100); their
 actors take the newest parameters before every batch of transitions, which leaves Ape-X
 about 9-11 versions behind its fast learner (p90 13-17; a version is 10 updates of 64) and
-Gorila near 1 (docs/results.md: 9.2-10.9 and 0.83-1.75 on the five games with today's
-presets, whose torso has no residual blocks; 11.4-12.1 and 1.05-1.44 with the full torso and
-batches of 64; 8.5-9.2 and 0.68-0.99 with batches of 128; 9.7-11.3 and 0.78-1.10
-with a replay ratio of 4; over 60 s here 10.9 and 0.68; its older rows, from before evaluations
-ran in slices, measured more, as an actor held its parameters through whole greedy
-episodes).
+Gorila near 1 (9.2-10.9 and 0.83-1.75 on the five games with the presets of early
+December, a constant rate and a uniform replay, whose torso has no residual blocks;
+11.4-12.1 and 1.05-1.44 with the full torso and batches of 64; 8.5-9.2 and 0.68-0.99
+with batches of 128; 9.7-11.3 and 0.78-1.10 with a replay ratio of 4; over 60 s here
+10.9 and 0.68; its older rows, from before evaluations ran in slices, measured more, as an
+actor held its parameters through whole greedy episodes).
 
 Mutations that bring stale parameters back make each of these cases fail (both seeds):
 A3C's workers acting with a θ′ refreshed only every 8th segment, lag 8.0 versions (seed 1

@@ -94,8 +94,8 @@ def parser() -> argparse.ArgumentParser:
                                                             P.TUNING_SEEDS + 1])
     t.add_argument("--game", default=tuning.TUNING_GAME)
     t.add_argument("--candidates", nargs="+", default=None, metavar="NAME",
-                   help="only these candidates (e.g. 'lr-decay'; default: all), so that a "
-                   "candidate run again can be run again next to its rivals")
+                   help="only these candidates (e.g. 'lr-decay'; default: all): with "
+                   "--rerun, run one candidate again beside its rival's new runs")
     c = sub.add_parser("choose", help="write each architecture's best candidate into its "
                        "preset")
     common(c)

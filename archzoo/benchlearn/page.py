@@ -347,7 +347,7 @@ def _choices_section(records: list[Record], preset: str) -> list[str]:
     left = [r for a in P.ARCHS if a in latest for r in latest[a].get("left_out", [])]
     if left:
         out += ["", "Left out, since the run's resolved config did not hold its candidate's "
-                f"values (tune runs such a cell again): {'; '.join(left)}."]
+                f"values: {'; '.join(left)}."]
     return out + [""]
 
 
@@ -373,6 +373,8 @@ def _reproduce_section(cells: list[Record], commands: list[str]) -> list[str]:
 def speed_lines(cells: list[Record]) -> list[str]:
     """The machine's speed per day of cells (archzoo/benchlearn/calibrate.py): the model
     name is the same on machines up to twice as fast as each other."""
+    if not cells:
+        return []
     days: dict[str, list[Record]] = defaultdict(list)
     for r in cells:
         days[str(r["provenance"].get("start_time", "?"))[:10]].append(r)

@@ -114,7 +114,11 @@ def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str |
     from archzoo.provenance import provenance
 
     prov = provenance()
-    speed = calibrate()
+    try:
+        speed: dict[str, float] | None = calibrate()
+    except Exception as e:  # noqa: BLE001 - a timing that fails must not stop the grid
+        print(f"calibration failed, recorded as None: {e}", file=sys.stderr, flush=True)
+        speed = None
     load_before = os.getloadavg()
     cmd = command(setup, game, seed, minutes, preset, run_dir)
     started = time.time()

@@ -69,7 +69,9 @@ def holds(record: Record) -> bool:
     values = candidate_values(record)
     if values is None:
         return True
-    config = record.get("config") or {}
+    config = record.get("config")
+    if not config:  # a run that ended before writing config.json: a failed run, kept as one
+        return True
     return all(config.get(k.replace("-", "_")) == v for k, v in values.items())
 
 
@@ -81,7 +83,7 @@ def choose(records: Iterable[Record], arch: str, preset: str) -> Record:
     ours = [r for r in records if r.get("kind") == "learning" and r["purpose"] == "tune"
             and r["arch"] == arch and r["preset"] == preset]
     mine = list(newest(r for r in ours if holds(r)).values())  # a cell run again: its newest
-    left_out = sorted(f"{r['setup']} s{r['seed']}" for r in ours if not holds(r))
+    left_out = sorted({f"{r['setup']} s{r['seed']}" for r in ours if not holds(r)})
     reported = sorted({r["seed"] for r in mine if r["seed"] < P.TUNING_SEEDS})
     if reported:
         raise UsageError(f"{arch}: a preset cannot be chosen on reported seed(s) "
@@ -138,8 +140,10 @@ def _toml(value: Any) -> str:
 
 def check_chosen(records: Iterable[Record], arch: str, preset: str) -> Record:
     """The choice behind ``arch``'s preset as it is now: a preset-choice record with the
-    preset's digest, made on tuning seeds alone; else a UsageError (the preset was not
-    chosen, was edited since, or was chosen on a reported seed)."""
+    preset's digest, made on tuning seeds alone, and the newest choice (the one the page
+    shows); else a UsageError (the preset was not chosen, was edited since, was chosen again
+    since, or was chosen on a reported seed)."""
+    records = list(records)
     digest = P.preset_digest(arch, preset)
     choices = [r for r in records if r.get("kind") == "preset-choice" and r["arch"] == arch
                and r["preset"] == preset and r.get("preset_digest") == digest]
@@ -147,6 +151,12 @@ def check_chosen(records: Iterable[Record], arch: str, preset: str) -> Record:
         raise UsageError(f"{arch}'s {preset} preset (digest {digest}) has no choice on the "
                          f"tuning seeds in the store: run archzoo bench learning tune "
                          f"--archs {arch}, then choose --archs {arch}")
+    newest = [r for r in records if r.get("kind") == "preset-choice" and r["arch"] == arch
+              and r["preset"] == preset][-1]
+    if newest.get("preset_digest") != digest:  # the page shows the newest choice's runs
+        raise UsageError(f"{arch}'s {preset} preset (digest {digest}) is not its newest "
+                         f"choice (digest {newest.get('preset_digest')}): run archzoo bench "
+                         f"learning choose --archs {arch} again")
     choice = choices[-1]
     if any(s < P.TUNING_SEEDS for s in choice["seeds"]):
         raise UsageError(f"{arch}'s {preset} preset was chosen on reported seed(s) "
