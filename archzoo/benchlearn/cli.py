@@ -7,6 +7,7 @@
     archzoo bench learning grid --games MinAtar/Breakout-v1 --archs impala --dry-run
     archzoo bench learning page --out docs/results.md     # the page and its figures
     archzoo bench learning status                         # cells done, left, hours
+    archzoo bench learning withdraw --setup "seed, 2 actors" --game G --seed 2 --why "..."
 
 ``benchmarks/bench_learning.py`` is the same command. Every run appends a record to
 ``--store`` (benchmarks/results/learning.jsonl); a cell already there is not run again
@@ -104,6 +105,13 @@ def parser() -> argparse.ArgumentParser:
     pg = sub.add_parser("page", help="docs/results.md and its figures from the store")
     common(pg)
     pg.add_argument("--out", type=Path, default=PAGE, help=f"default: {PAGE}")
+    w = sub.add_parser("withdraw", help="drop a cell's runs so far from the page, and run it "
+                       "again on the next grid (the store keeps them, and why)")
+    common(w)
+    w.add_argument("--setup", required=True, help="as the store names it, e.g. 'seed, 2 actors'")
+    w.add_argument("--game", required=True)
+    w.add_argument("--seed", type=int, required=True)
+    w.add_argument("--why", required=True, help="what broke the run's conditions")
     s = sub.add_parser("status", help="cells done and left, and the hours left")
     common(s)
     s.add_argument("--archs", nargs="+", default=list(P.ARCHS), choices=P.ARCHS)
@@ -230,6 +238,22 @@ def cmd_choose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_withdraw(args: argparse.Namespace) -> int:
+    purpose = "tune" if args.seed >= P.TUNING_SEEDS else "report"
+    cell = (purpose, _preset(args) or "none", args.setup, args.game, args.seed,
+            float(args.minutes))
+    if cell not in store.newest(store.read(args.store)):
+        raise UsageError(f"{args.store} has no run of {args.setup}, {args.game}, seed "
+                         f"{args.seed} ({args.minutes:g} minutes, preset {args.preset}) to "
+                         "withdraw")
+    store.append(args.store, {"kind": "withdrawn", "purpose": purpose, "preset": cell[1],
+                              "setup": args.setup, "game": args.game, "seed": args.seed,
+                              "minutes": float(args.minutes), "why": args.why,
+                              "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    print(f"withdrawn: {args.setup}, {args.game}, seed {args.seed}")
+    return 0
+
+
 def cmd_page(args: argparse.Namespace) -> int:
     from archzoo.benchlearn.page import fill_blocks, group, page
 
@@ -306,7 +330,7 @@ def random_policy(game: str, episodes: int, seed: int = 0) -> dict:
 
 
 COMMANDS = {"grid": cmd_grid, "tune": cmd_tune, "choose": cmd_choose, "page": cmd_page,
-            "status": cmd_status}
+            "status": cmd_status, "withdraw": cmd_withdraw}
 
 
 def main(argv: list[str] | None = None) -> int:

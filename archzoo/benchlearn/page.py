@@ -293,6 +293,12 @@ def page(records: list[Record], preset: str, minutes: float, figures: Path | Non
         out += game_table(groups[game]) + [""]
     out += _choices_section(records, preset)
     out += _reproduce_section(cells, commands)
+    gone = [r for r in records if r.get("kind") == "withdrawn" and r["purpose"] == "report"
+            and r["preset"] == preset]
+    if gone:
+        out += ["", "Withdrawn (`archzoo bench learning withdraw`; the store keeps the runs): " +
+                "; ".join(f"{r['setup']}, {r['game']}, seed {r['seed']}: {r['why']}"
+                          for r in gone) + "."]
     return "\n".join(out).rstrip() + "\n"
 
 
