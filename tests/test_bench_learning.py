@@ -162,14 +162,26 @@ def test_a_reported_run_of_other_preset_values_runs_again_and_leaves_the_page(
     differs) is not kept: the grid runs it again, and the page draws only runs of the values
     of the architecture's newest choice."""
     path = tmp_path / "s.jsonl"
+    _chosen_impala_seed0(path, two_actors_digest="0" * 16)
+    _only_the_two_actors_run_again(path, capsys)
+
+
+def _chosen_impala_seed0(path: Path, two_actors_digest: str | None = None) -> None:
+    """A choice of IMPALA's preset as it is now and its two reported seed-0 cells (the
+    2-actor one of ``two_actors_digest``, default: the preset's)."""
     digest = P.preset_digest("impala", "minatar")
     store.append(path, {"kind": "preset-choice", "arch": "impala", "preset": "minatar",
-                        "preset_digest": digest, "seeds": [100, 101], "chosen": "constant lr",
+                        "preset_digest": digest, "seeds": [100, 101], "chosen": "lr-decay",
                         "candidates": {}})
-    for kind, setup, d in (("distributed", "impala, 2 actors", "0" * 16),
+    for kind, setup, d in (("distributed", "impala, 2 actors", two_actors_digest or digest),
                            ("one process", "impala, one process", digest)):
         store.append(path, {**record(kind, 0, 50.0), "preset": "minatar", "setup": setup,
                             "preset_digest": d})
+
+
+def _only_the_two_actors_run_again(path: Path, capsys) -> str:
+    """The grid's dry run lists the 2-actor cell alone, and the page (returned) counts 0 / 1
+    seeds for IMPALA."""
     assert main(["grid", "--archs", "impala", "--games", "MinAtar/Breakout-v1", "--seeds", "0",
                  "--store", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -177,31 +189,19 @@ def test_a_reported_run_of_other_preset_values_runs_again_and_leaves_the_page(
     text = page(store.read(path), "minatar", 5.0, None, "s.jsonl", ["cmd"])
     row = next(ln for ln in text.splitlines() if ln.startswith("| impala |")).split(" | ")
     assert row[1] == "0 / 1"
+    return text
 
 
 def test_a_withdrawn_run_leaves_the_page_and_runs_again(tmp_path, capsys) -> None:
     """``withdraw`` appends why a run's conditions were broken: the page drops the run and
     names it, the grid runs its cell again, and a cell with no run left is a usage error."""
     path = tmp_path / "s.jsonl"
-    digest = P.preset_digest("impala", "minatar")
-    store.append(path, {"kind": "preset-choice", "arch": "impala", "preset": "minatar",
-                        "preset_digest": digest, "seeds": [100, 101], "chosen": "lr-decay",
-                        "candidates": {}})
-    for kind, setup in (("distributed", "impala, 2 actors"), ("one process",
-                                                              "impala, one process")):
-        store.append(path, {**record(kind, 0, 50.0), "preset": "minatar", "setup": setup,
-                            "preset_digest": digest})
+    _chosen_impala_seed0(path)
     withdraw = ["withdraw", "--setup", "impala, 2 actors", "--game", "MinAtar/Breakout-v1",
                 "--seed", "0", "--why", "it ran beside a pip install", "--store", str(path)]
     assert main(withdraw) == 0
     capsys.readouterr()
-    assert main(["grid", "--archs", "impala", "--games", "MinAtar/Breakout-v1", "--seeds", "0",
-                 "--store", str(path), "--dry-run"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and "--actors 2 --seed 0" in out[0], out
-    text = page(store.read(path), "minatar", 5.0, None, "s.jsonl", ["cmd"])
-    row = next(ln for ln in text.splitlines() if ln.startswith("| impala |")).split(" | ")
-    assert row[1] == "0 / 1"
+    text = _only_the_two_actors_run_again(path, capsys)
     assert "impala, 2 actors, MinAtar/Breakout-v1, seed 0: it ran beside a pip install." in text
     assert main(withdraw) == 2  # nothing left to withdraw
     assert "has no run of impala, 2 actors, MinAtar/Breakout-v1, seed 0" in \
