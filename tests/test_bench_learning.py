@@ -315,6 +315,22 @@ def test_iqm_intervals_and_improvement_against_plain_references() -> None:
         [[0.5, 0.5]]
 
 
+def test_two_sample_intervals_do_not_depend_on_what_ran_before() -> None:
+    # rliable's independent bootstrap draws from the global np.random: the page must come
+    # out the same from the same records, and leave the caller's generator as it found it
+    a, b = [80.0, 55.0, 112.0, 70.0, 90.0], [73.0, 38.0, 110.0, 60.0, 100.0]
+    x, y = np.array([[5.0, 1.0], [2.0, 7.0], [4.0, 3.0]]), np.array([[3.0, 2.0], [6.0, 1.0]])
+    def intervals() -> tuple:
+        return stats.iqm(a), stats.difference(a, b), stats.probability_of_improvement(x, y)
+
+    first = intervals()
+    np.random.seed(123)
+    np.random.random(17)
+    state = np.random.get_state()
+    assert intervals() == first
+    assert np.random.get_state()[1].tolist() == state[1].tolist()
+
+
 def test_a_collapse_is_read_off_the_rows() -> None:
     rows = [{"time_s": 5.0 * k, "mean_return_100": v} for k, v in enumerate([1, 8, 10, 6])]
     record = {"readouts": {"train": 6.0, "train_best": 10.0, "entropy_final": 0.5}}

@@ -217,11 +217,11 @@ def _band(curves: list[list[dict]]) -> tuple[np.ndarray, ...] | None:
     ys = np.array([np.interp(t, x, y) for x, y in pts])  # runs × times
     if len(ys) == 1:
         return t, ys[0], ys[0], ys[0]
-    lib, metrics = stats._rliable()
-    point, ci = lib.get_interval_estimates(
+    _, metrics = stats._rliable()
+    point, ci = stats.interval_estimates(
         {"c": ys[:, None, :]}, lambda s: np.array([metrics.aggregate_iqm(s[..., k])
                                                    for k in range(s.shape[-1])]),
-        reps=BAND_REPS, random_state=stats._state())
+        reps=BAND_REPS)
     return t, point["c"], ci["c"][0], ci["c"][1]
 
 
@@ -405,25 +405,24 @@ BLOCK = re.compile(r"(<!-- results: (?P<arch>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-
 
 
 def arch_summary(groups: Groups, arch: str, results_page: str = "results.md") -> str:
-    """The current numbers of ``arch`` for its own page: per game the IQM of the frozen
-    evaluation of both setups and their seeds (point estimates only, so that a docs test
-    can recompute them cheaply), and where the intervals are."""
-    lines = []
+    """The current numbers of ``arch`` for its own page, on one line whatever the number of
+    games: per game the IQM of the frozen evaluation of both setups and their seeds (point
+    estimates only, so that a docs test can recompute them cheaply), and where the
+    intervals are."""
+    games = []
     for game in P.GAMES:
         kinds = groups.get(game, {}).get(arch)
         if not kinds:
             continue
-        cells = []
-        for kind, label in (("distributed", "2 actors"), ("one process", "one process")):
-            xs = scores(kinds.get(kind, []), "eval")
-            if xs:
-                cells.append(f"{label} {point_iqm(xs):.1f} ({len(xs)} seeds)")
-        lines.append(f"- {game.split('/')[1]}: " + ", ".join(cells))
-    if not lines:
+        xs = [scores(kinds.get(kind, []), "eval") for kind in KINDS]
+        iqms = " / ".join(f"{point_iqm(x):.1f}" if x else "–" for x in xs)
+        games.append(f"{game.split('/')[1]} {iqms} ({' / '.join(str(len(x)) for x in xs)} "
+                     "seeds)")
+    if not games:
         return f"No reported runs in the store yet ([results]({results_page})).\n"
-    return ("Frozen evaluation after 5 minutes, IQM over seeds (intervals, training returns "
-            f"and what they allow to say: [results]({results_page})):\n\n"
-            + "\n".join(lines) + "\n")
+    return ("Frozen evaluation after 5 minutes, IQM over seeds, 2 actors / one process "
+            f"(intervals, training returns and what they allow to say: [results]"
+            f"({results_page})):\n\n" + "; ".join(games) + ".\n")
 
 
 def point_iqm(xs: list[float]) -> float:

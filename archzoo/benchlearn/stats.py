@@ -6,7 +6,8 @@ of improvement. A claim of "better" needs an interval that excludes a tie.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -37,6 +38,30 @@ def _state() -> np.random.RandomState:
     return np.random.RandomState(0)  # the same page from the same records
 
 
+@contextmanager
+def _seeded_global() -> Iterator[None]:
+    """rliable 1.2's stratified bootstraps draw their indices from the global ``np.random``
+    and ignore ``random_state``, so an interval would change with whatever ran before it;
+    seed the global generator for the call, then restore it."""
+    saved = np.random.get_state()
+    np.random.seed(0)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
+def interval_estimates(scores: dict, func: Callable[..., np.ndarray], reps: int = REPS
+                       ) -> tuple[dict, dict]:
+    """rliable's ``get_interval_estimates`` (95%, percentile), the same from the same
+    scores whatever ran before."""
+    library, _ = _rliable()
+    with _seeded_global():
+        return library.get_interval_estimates(
+            scores, func, reps=reps, confidence_interval_size=CONFIDENCE,
+            random_state=_state())
+
+
 def _matrix(x: Sequence[float] | np.ndarray) -> np.ndarray:
     a = np.asarray(x, dtype=np.float64)
     return a.reshape(-1, 1) if a.ndim == 1 else a
@@ -44,30 +69,27 @@ def _matrix(x: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def iqm(x: Sequence[float] | np.ndarray) -> Interval:
     """The IQM of runs ``x`` (runs, or runs × tasks) with its bootstrap interval."""
-    library, metrics = _rliable()
-    point, ci = library.get_interval_estimates(
-        {"x": _matrix(x)}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=REPS,
-        confidence_interval_size=CONFIDENCE, random_state=_state())
+    _, metrics = _rliable()
+    point, ci = interval_estimates({"x": _matrix(x)},
+                                   lambda s: np.array([metrics.aggregate_iqm(s)]))
     return float(point["x"][0]), float(ci["x"][0][0]), float(ci["x"][1][0])
 
 
 def difference(a: Sequence[float], b: Sequence[float]) -> Interval:
     """IQM(a) − IQM(b), with an interval from resampling a's and b's runs independently."""
-    library, metrics = _rliable()
-    point, ci = library.get_interval_estimates(
+    _, metrics = _rliable()
+    point, ci = interval_estimates(
         {"d": [_matrix(a), _matrix(b)]},
-        lambda x, y: np.array([metrics.aggregate_iqm(x) - metrics.aggregate_iqm(y)]),
-        reps=REPS, confidence_interval_size=CONFIDENCE, random_state=_state())
+        lambda x, y: np.array([metrics.aggregate_iqm(x) - metrics.aggregate_iqm(y)]))
     return float(point["d"][0]), float(ci["d"][0][0]), float(ci["d"][1][0])
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> Interval:
     """P(X > Y) averaged over tasks (runs × tasks matrices), with its interval."""
-    library, metrics = _rliable()
-    point, ci = library.get_interval_estimates(
+    _, metrics = _rliable()
+    point, ci = interval_estimates(
         {"p": [_matrix(x), _matrix(y)]},
-        lambda a, b: np.array([metrics.probability_of_improvement(a, b)]), reps=REPS,
-        confidence_interval_size=CONFIDENCE, random_state=_state())
+        lambda a, b: np.array([metrics.probability_of_improvement(a, b)]))
     return float(point["p"][0]), float(ci["p"][0][0]), float(ci["p"][1][0])
 
 
