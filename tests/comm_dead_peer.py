@@ -9,6 +9,9 @@ Each waiting rank prints one line and exits:
 ``PEER_FAILURE elapsed=<s> peer=<p> msg=<error>`` (code 0 under gloo; 4 under MPI, where the
 job has died and exit codes must stay honest), ``PEER_TIMEOUT ...`` (code 5), or
 ``UNEXPECTED ...`` (code 6).
+
+Under gloo a survivor lingers ``LINGER_S`` before it exits: its own exit closes its sockets,
+and the other survivor, still waiting on it too, must meet rank 2's death first, not this one.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 from archzoo.comm import Inbox, PeerFailure, PeerTimeout, Schema
 from archzoo.comm.factory import detect_launch, make_transport
 
-DYING, DIE_AFTER_S, TAG = 2, 0.5, 5
+DYING, DIE_AFTER_S, TAG, LINGER_S = 2, 0.5, 5, 3.0
 
 
 def main() -> int:
@@ -55,7 +58,10 @@ def main() -> int:
     except PeerFailure as e:
         print(f"PEER_FAILURE elapsed={time.perf_counter() - t0:.3f} peer={e.peer} msg={e}",
               flush=True)
-        return 0 if backend == "gloo" else 4
+        if backend == "gloo":
+            time.sleep(LINGER_S)
+            return 0
+        return 4
     except PeerTimeout as e:
         print(f"PEER_TIMEOUT elapsed={time.perf_counter() - t0:.3f} msg={e}", flush=True)
         return 5

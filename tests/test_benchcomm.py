@@ -65,7 +65,10 @@ def test_end_to_end_both_engines(tmp_path, capsys):
     fits = json.loads((out / "fit.json").read_text())
     assert set(fits) == {"gloo", "mpi"}
     for f in fits.values():
-        assert f["alpha_s"] > 0 and math.isfinite(f["alpha_s"]) and f["rows"] == 16
+        # one size and three iterations cannot say which term the time belongs to: timing noise
+        # may put all of it on either (test_fit_* check the fit itself on known α and β)
+        assert f["alpha_s"] >= 0 and f["inv_beta_s_per_byte"] >= 0 and f["rows"] == 16
+        assert math.isfinite(f["alpha_s"]) and f["alpha_s"] + f["inv_beta_s_per_byte"] > 0
     md = (out / "comm.md").read_text()
     assert "## gloo all_reduce" in md and "## mpi broadcast" in md and "MISMATCH" not in md
     assert "α =" in printed.out and "| 3 | 1 KB | butterfly |" in printed.out
