@@ -501,10 +501,12 @@ class ParamShard:
         self._sending.pop(w, None)
         self._settle(self.state.leave(w, dead=True))
 
-    def _said_bye(self, w: int, grace_s: float = 1.0) -> bool:
+    def _said_bye(self, w: int, grace_s: float = 5.0) -> bool:
         """Whether ``w``'s next request is a BYE. A worker exits once its BYE was taken, and
         under gloo its other posted receives may fail before the BYE's receive is flagged
-        done (each stream has its own waiter thread), so let the request stream settle."""
+        done (each stream has its own waiter thread), so let the request stream settle: a
+        loaded machine may not run that thread for a second or more. A dead worker's stream
+        fails at once and ends the wait."""
         deadline = time.monotonic() + grace_s
         while True:
             try:

@@ -413,7 +413,7 @@ def case_max_wait_fills(ctx: Ctx) -> None:
 
 
 # -- e. a silent actor ----------------------------------------------------------------------------
-SILENT, SILENT_S, K_E = 1, 5.0, 100
+SILENT, SILENT_S, K_E = 1, 12.0, 100
 
 
 def case_silent_actor(ctx: Ctx) -> None:

@@ -166,7 +166,7 @@ def test_a_death_during_start_up_ends_the_run_at_once(tmp_path: Path, backend: s
         kill_tree(proc, str(d))
     assert proc.returncode != 0
     assert f"rank {victim} was killed by SIGKILL during start-up" in err, err
-    assert after < 5, after
+    assert after < 30, after  # at once: the others would wait in start-up for 120 s or forever
     assert no_process_left(d)
 
 
