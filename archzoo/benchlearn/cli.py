@@ -11,8 +11,9 @@
 
 ``benchmarks/bench_learning.py`` is the same command. Every run appends a record to
 ``--store`` (benchmarks/results/learning.jsonl); a cell already there is not run again
-unless ``--rerun``. Between cells the grid waits while ``--pause-file`` exists, and with
-``--hours H`` it starts no cell that would end after H hours.
+unless ``--rerun``. Between cells the grid waits while ``--pause-file`` exists and until
+the other processes are quiet (``--max-busy``), and with ``--hours H`` it starts no cell
+that would end after H hours.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from archzoo.benchlearn import protocol as P
 from archzoo.benchlearn import store, tuning
+from archzoo.benchlearn.quiet import MAX_BUSY_CORES, wait_until_quiet
 from archzoo.benchlearn.runner import ROOT, run_cell
 from archzoo.errors import EXIT_USAGE, UsageError
 
@@ -81,6 +83,10 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--hours", type=float, default=None, metavar="H",
                        help="start no cell that would end more than H hours from now (by "
                        "the mean cell so far, at first --minutes plus one): a grid in parts")
+        q.add_argument("--max-busy", type=float, default=MAX_BUSY_CORES, metavar="CORES",
+                       help="before each cell, wait until all other processes together use "
+                       f"at most CORES cores (default {MAX_BUSY_CORES:g}): every run alone "
+                       "on the machine")
 
     g = sub.add_parser("grid", help="the reported cells")
     common(g)
@@ -169,8 +175,14 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
             continue
         while args.pause_file is not None and args.pause_file.exists():
             time.sleep(5)
+        t0 = time.time()
+        if held is None:
+            held = exclusive(args.lock)
+            held.__enter__()
+        _, busy = wait_until_quiet(args.max_busy)
         cell_s = statistics.fmean(spent) if spent else args.minutes * 60 + 60
         if deadline is not None and time.time() + cell_s > deadline:
+            held.__exit__(None, None, None)
             print(f"--hours {args.hours:g}: stopping with {len(left) - n + 1} cell(s) left "
                   "(run the same command again to go on)", file=sys.stderr, flush=True)
             break
@@ -178,11 +190,8 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
             if spent else ""
         print(f"[{n}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}", file=sys.stderr,
               flush=True)
-        t0 = time.time()
-        if held is None:
-            held = exclusive(args.lock)
-            held.__enter__()
-        record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose)
+        record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose,
+                          busy_before=busy)
         store.append(args.store, record)
         if n % args.lock_cells == 0 or n == len(left):
             held.__exit__(None, None, None)

@@ -21,6 +21,7 @@ import numpy as np
 
 from archzoo.benchlearn import protocol as P
 from archzoo.benchlearn import stats
+from archzoo.benchlearn.quiet import MAX_BUSY_CORES
 from archzoo.benchlearn.readouts import collapse, score
 from archzoo.benchlearn.store import Record, newest
 
@@ -238,9 +239,11 @@ PROTOCOL = """\
   run uses ({cores} here), twice the envs (`--envs-per-actor`), and for Ape-X, Gorila and
   R2D2 the same ε ladder over its envs (`--eps-ladder 2`).
 - **Budget.** {minutes:g} minutes of wall time from the first env step (`--time-limit`), every
-  run alone on the machine; setups alternate within a seed. Wall time buys what the machine
-  gives: this workplace's machines all read "AMD EPYC" yet differ up to twice in speed, so
-  each cell records a timing taken just before it (per day under Reproduce). A seed's two
+  run alone on the machine: the grid waits before each cell until the other processes use at
+  most {busy:g} cores (`--max-busy`) and records what they used (older cells record only the
+  load average). Setups alternate within a seed. Wall time buys what the machine gives: this
+  workplace's machines all read "AMD EPYC" yet differ up to twice in speed, so each cell
+  records a timing taken just before it (per day under Reproduce). A seed's two
   setups run back to back on one machine; cells of different days may not have.
 - **Seeds.** Reported seeds are 0-4 (Breakout) and 0-2 (the other games); presets were chosen
   on seeds 100 and up (below), never on a reported seed.
@@ -280,7 +283,7 @@ def page(records: list[Record], preset: str, minutes: float, figures: Path | Non
            f"records in `{store_path}`.", "", "## Protocol", "",
            PROTOCOL.format(preset=preset, cores=", ".join(map(str, cores)) or "?",
                            minutes=minutes, episodes=P.EVAL_EPISODES, log=P.LOG_INTERVAL,
-                           min_runs=stats.MIN_RUNS), ""]
+                           min_runs=stats.MIN_RUNS, busy=MAX_BUSY_CORES), ""]
     out += _aggregate_section(groups, randoms)
     for game in [g for g in P.GAMES if g in groups] + sorted(set(groups) - set(P.GAMES)):
         n = max(len(rs) for a in groups[game].values() for rs in a.values())

@@ -108,8 +108,9 @@ def threads(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str | None,
-             run_dir: Path, purpose: str) -> Record:
-    """Run one cell and return its record (not yet stored)."""
+             run_dir: Path, purpose: str, busy_before: float | None = None) -> Record:
+    """Run one cell and return its record (not yet stored); ``busy_before``: the cores
+    other processes used just before it (:mod:`~archzoo.benchlearn.quiet`)."""
     from archzoo.benchlearn.calibrate import calibrate
     from archzoo.provenance import provenance
 
@@ -147,6 +148,7 @@ def run_cell(setup: P.Setup, game: str, seed: int, minutes: float, preset: str |
         "threads": threads(config, summary),
         "returncode": rc, "error": error or eval_error, "wall_s": round(wall, 1),
         "load_avg": {"before": load_before, "after": os.getloadavg()},
+        "busy_cores_before": None if busy_before is None else round(busy_before, 3),
         "summary": {k: summary.get(k) for k in SUMMARY_KEYS if k in summary} | {
             "policy_lag_p90": lag.get("p90"), "policy_lag_mean_versions": lag.get("mean")},
         "rows": rows,
