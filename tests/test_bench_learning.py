@@ -243,6 +243,8 @@ def test_hours_starts_no_cell_that_would_end_past_it(tmp_path, capsys) -> None:
     assert "--hours 0.01: stopping with 2 cell(s) left" in capsys.readouterr().err
     assert main(["tune", "--archs", "impala", "--store", str(path), "--hours", "0"]) == 2
     assert "--hours 0: give a positive number of hours" in capsys.readouterr().err
+    assert main(["tune", "--archs", "impala", "--store", str(path), "--max-busy", "-1"]) == 2
+    assert "--max-busy -1: give the cores other processes may use" in capsys.readouterr().err
 
 
 def test_a_record_carries_commit_config_threads_and_both_readouts(tmp_path) -> None:

@@ -141,6 +141,9 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
     """Run the cells of ``todo`` the store does not have yet (all with ``--rerun``)."""
     if args.hours is not None and not args.hours > 0:
         raise UsageError(f"--hours {args.hours:g}: give a positive number of hours")
+    if not args.max_busy >= 0:
+        raise UsageError(f"--max-busy {args.max_busy:g}: give the cores other processes may "
+                         "use, 0 or more")
     preset = _preset(args)
     digests = {a: P.preset_digest(a, preset) for a in {s.arch for s, _, _ in todo}}
 
