@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from archzoo import envvars
+from archzoo import envvars, procfs
 
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.2
@@ -43,13 +43,10 @@ Process = tuple[int, int]  # (pid, start time in clock ticks since boot)
 def start_time(pid: int) -> int | None:
     """``pid``'s start time (field 22 of /proc/PID/stat), or None when it is gone or a
     zombie (or there is no /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    fields = procfs.stat(pid)
+    if fields is None or fields[procfs.STATE] in ("Z", "X"):
         return None
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+    return int(fields[procfs.STARTTIME])
 
 
 def alive(proc: Process) -> bool:
@@ -60,20 +57,6 @@ def alive(proc: Process) -> bool:
 def this_process() -> str:
     """``PID:START`` of this process, for :data:`envvars.LAUNCHER_PID`."""
     return f"{os.getpid()}:{start_time(os.getpid()) or 0}"
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 def launcher() -> Process | None:
@@ -97,9 +80,9 @@ def ancestors() -> list[Process]:
         chain.append((pid, start))
         if top is not None and pid == top[0]:
             return chain
-        if top is None and _comm(pid).startswith(LAUNCHERS[:3]):
+        if top is None and procfs.comm(pid).startswith(LAUNCHERS[:3]):
             return chain
-        pid = _parent(pid) or 0
+        pid = procfs.parent(pid) or 0
     # the launcher is not above us (gone already, or we were re-parented): the parent, and
     # the named launcher on its own
     lifeline = chain[:1]
@@ -174,7 +157,7 @@ def watch(on_lost: Callable[[str], None] | None = None) -> Watch:
     set_parent_death_signal(signal.SIGTERM)
     lifeline = ancestors()
     for p in lifeline:
-        _COMMS[p] = _comm(p[0])
+        _COMMS[p] = procfs.comm(p[0])
     w = Watch(lifeline, on_lost or (lambda why: os.kill(os.getpid(), signal.SIGTERM)))
     _WATCH[:] = [w]
     if w.check() is not None:  # gone before we looked (the parent died during start-up)

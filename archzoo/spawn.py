@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from archzoo import envvars, forkstart, lifeline
+from archzoo import envvars, forkstart, lifeline, procfs
 
 if TYPE_CHECKING:
     from archzoo.simhosts import SimHosts
@@ -525,16 +525,10 @@ def _exit_codes(text: str, n: int) -> list[int | None]:
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid``, from /proc (none where there is no /proc)."""
     children: dict[int, list[int]] = {}
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for e in entries:
-        try:
-            stat = Path(f"/proc/{e}/stat").read_text()
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(e))
-        except (OSError, IndexError, ValueError):
-            continue
+    for e in procfs.pids():
+        up = procfs.parent(e)
+        if up is not None:
+            children.setdefault(up, []).append(e)
     out, todo = [], [pid]
     while todo:
         for c in children.get(todo.pop(), []):
@@ -546,11 +540,8 @@ def descendants(pid: int) -> list[int]:
 def _runs(pid: int, head: list[str]) -> bool:
     """``pid``'s command line starts with ``head`` (a rank, not mpiexec, its proxy or a
     shell)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return cmd[:len(head)] == [os.fsencode(x) for x in head]
+    cmd = procfs.cmdline(pid)
+    return cmd is not None and cmd[:len(head)] == [os.fsencode(x) for x in head]
 
 
 def _signal(pids: list[int], signum: int) -> None:

@@ -13,9 +13,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-PROC = Path("/proc")
+from archzoo import procfs
+
 MAX_BUSY_CORES = 0.25
 WINDOW_S = 2.0
 POLL_S = 10.0
@@ -25,26 +25,19 @@ SAY_EVERY_S = 60.0
 def _cpu_ticks() -> dict[int, int]:
     """utime + stime, in clock ticks, of every process that can be read now."""
     out: dict[int, int] = {}
-    for d in PROC.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue  # it ended
-        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces and brackets
-        out[int(d.name)] = int(fields[11]) + int(fields[12])
+    for pid in procfs.pids():
+        fields = procfs.stat(pid)
+        if fields is not None:  # (None: it ended)
+            out[pid] = int(fields[procfs.UTIME]) + int(fields[procfs.STIME])
     return out
 
 
 def _name(pid: int) -> str:
     """A process's command line (its name in brackets for a kernel thread)."""
-    try:
-        cmd = (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").strip()
-        comm = (PROC / str(pid) / "comm").read_text().strip()
-    except OSError:
+    cmd, comm = procfs.cmdline(pid), procfs.comm(pid)
+    if cmd is None or not comm:
         return "?"
-    return cmd.decode(errors="replace")[:80] or f"[{comm}]"
+    return b" ".join(cmd).decode(errors="replace")[:80] or f"[{comm}]"
 
 
 def cores_by_process(window_s: float = WINDOW_S) -> dict[int, float]:
@@ -64,7 +57,7 @@ def cores_by_process(window_s: float = WINDOW_S) -> dict[int, float]:
 def busy(window_s: float = WINDOW_S) -> tuple[float, list[str]]:
     """The cores all other processes used over ``window_s``, and the busiest three as
     'cores pid command'. (0, []) where there is no ``/proc``."""
-    if not (PROC / "self" / "stat").exists():
+    if procfs.stat(os.getpid()) is None:
         return 0.0, []
     used = cores_by_process(window_s)
     top = sorted(used, key=used.__getitem__, reverse=True)[:3]
