@@ -51,14 +51,15 @@ def _seeded_global() -> Iterator[None]:
         np.random.set_state(saved)
 
 
-def interval_estimates(scores: dict, func: Callable[..., np.ndarray], reps: int = REPS
-                       ) -> tuple[dict, dict]:
-    """rliable's ``get_interval_estimates`` (95%, percentile), the same from the same
-    scores whatever ran before."""
+def interval_estimates(scores: dict, func: Callable[..., np.ndarray],
+                       reps: int | None = None) -> tuple[dict, dict]:
+    """rliable's ``get_interval_estimates`` (95%, percentile) from ``reps`` resamples
+    (default: ``REPS``, read at the call), the same from the same scores whatever ran
+    before."""
     library, _ = _rliable()
     with _seeded_global():
         return library.get_interval_estimates(
-            scores, func, reps=reps, confidence_interval_size=CONFIDENCE,
+            scores, func, reps=REPS if reps is None else reps, confidence_interval_size=CONFIDENCE,
             random_state=_state())
 
 
