@@ -56,6 +56,10 @@ def test_setups_alternate_within_a_seed() -> None:
                      ("apex, 2 actors", "B", 0), ("apex, one process", "B", 0),
                      ("impala, 2 actors", "A", 1), ("impala, one process", "A", 1),
                      ("apex, 2 actors", "A", 1), ("apex, one process", "A", 1)]
+    # the pairs that run back to back: one architecture's setups on one game and seed
+    pairs = P.units(P.cells(["impala", "apex"], ["A", "B"], {"A": [0, 1], "B": [0]}, setups))
+    assert [[(s.name, g, seed) for s, g, seed in u] for u in pairs] == \
+        [order[k:k + 2] for k in range(0, len(order), 2)]
     assert P.seeds_for("MinAtar/Breakout-v1") == [0, 1, 2, 3, 4]
     assert P.seeds_for("MinAtar/Freeway-v1") == [0, 1, 2]
 
@@ -232,15 +236,16 @@ def test_a_reported_grid_refuses_a_preset_not_chosen_on_tuning_seeds(tmp_path, c
     assert len(out) == 10 and "--actors 0 --envs-per-actor 32 --learner-threads 2" in out[1]
 
 
-def test_hours_starts_no_cell_that_would_end_past_it(tmp_path, capsys) -> None:
-    """``--hours 0.01`` (36 s) is shorter than a 0.1-minute cell plus its minute of start-up
-    and evaluation: the grid stops before its first cell and stores no learning record."""
+def test_hours_starts_no_pair_that_would_end_past_it(tmp_path, capsys) -> None:
+    """``--hours 0.025`` (90 s) holds one 0.1-minute cell with its minute of start-up and
+    evaluation (66 s by the first estimate) but not the pair a seed runs back to back: the
+    grid stops before its first cell and stores no learning record."""
     path = tmp_path / "s.jsonl"
     assert main(["grid", "--preset", "none", "--archs", "impala", "--games", "CartPole-v1",
                  "--seeds", "0", "--minutes", "0.1", "--store", str(path), "--run-root",
-                 str(tmp_path / "runs"), "--hours", "0.01", "--max-busy", str(NO_WAIT)]) == 0
+                 str(tmp_path / "runs"), "--hours", "0.025", "--max-busy", str(NO_WAIT)]) == 0
     assert [r["kind"] for r in store.read(path)] == ["random"]
-    assert "--hours 0.01: stopping with 2 cell(s) left" in capsys.readouterr().err
+    assert "--hours 0.025: stopping with 2 cell(s) left" in capsys.readouterr().err
     assert main(["tune", "--archs", "impala", "--store", str(path), "--hours", "0"]) == 2
     assert "--hours 0: give a positive number of hours" in capsys.readouterr().err
     assert main(["tune", "--archs", "impala", "--store", str(path), "--max-busy", "-1"]) == 2

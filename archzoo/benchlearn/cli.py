@@ -11,9 +11,10 @@
 
 ``benchmarks/bench_learning.py`` is the same command. Every run appends a record to
 ``--store`` (benchmarks/results/learning.jsonl); a cell already there is not run again
-unless ``--rerun``. Between cells the grid waits while ``--pause-file`` exists and until
-the other processes are quiet (``--max-busy``), and with ``--hours H`` it starts no cell
-that would end after H hours.
+unless ``--rerun``. A seed's setups of one architecture run back to back (a pair, the unit
+of interleaving): before each pair the grid waits while ``--pause-file`` exists and for
+``--lock``, with ``--hours H`` it starts no pair that would end after H hours, and before
+each cell it waits until the other processes are quiet (``--max-busy``).
 """
 
 from __future__ import annotations
@@ -74,15 +75,15 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--rerun", action="store_true", help="run cells the store has")
         q.add_argument("--dry-run", action="store_true", help="print the commands only")
         q.add_argument("--pause-file", type=Path, default=None,
-                       help="between cells, wait while this file exists")
+                       help="between pairs of cells, wait while this file exists")
         q.add_argument("--lock", type=Path, default=None, help="hold an exclusive flock on "
-                       "this file during each cell, so that jobs taking the same lock wait "
-                       "for it (and get their turn between cells)")
-        q.add_argument("--lock-cells", type=int, default=1, metavar="K",
-                       help="with --lock: hold it for K cells in a row (default 1)")
+                       "this file while a seed's setups of one architecture run, so that "
+                       "jobs taking the same lock wait for it (and get their turn between "
+                       "these pairs)")
         q.add_argument("--hours", type=float, default=None, metavar="H",
-                       help="start no cell that would end more than H hours from now (by "
-                       "the mean cell so far, at first --minutes plus one): a grid in parts")
+                       help="start no pair of cells (a seed's setups of one architecture) "
+                       "that would end more than H hours from now (by the mean cell so far, "
+                       "at first --minutes plus one): a grid in parts")
         q.add_argument("--max-busy", type=float, default=MAX_BUSY_CORES, metavar="CORES",
                        help="before each cell, wait until all other processes together use "
                        f"at most CORES cores (default {MAX_BUSY_CORES:g}): every run alone "
@@ -166,47 +167,51 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
                              Path(tempfile.mkdtemp(prefix="bench-learning-")))
     from archzoo.benchlearn.runner import command
 
-    spent: list[float] = []
-    held = None  # the lock, while this grid holds it
+    spent: list[float] = []  # seconds per cell, from its start to its record
     deadline = None if args.hours is None else time.time() + args.hours * 3600
-    for n, (setup, game, seed) in enumerate(left, 1):
-        slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
-        run_dir = root / f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
-        if args.dry_run:
-            print(shlex.join(["python", *command(setup, game, seed, args.minutes, preset,
-                                                 run_dir)[1:]]))
-            continue
-        while args.pause_file is not None and args.pause_file.exists():
-            time.sleep(5)
-        t0 = time.time()
-        if held is None:
-            held = exclusive(args.lock)
-            held.__enter__()
-        _, busy = wait_until_quiet(args.max_busy)
-        cell_s = statistics.fmean(spent) if spent else args.minutes * 60 + 60
-        if deadline is not None and time.time() + cell_s > deadline:
-            held.__exit__(None, None, None)
-            print(f"--hours {args.hours:g}: stopping with {len(left) - n + 1} cell(s) left "
-                  "(run the same command again to go on)", file=sys.stderr, flush=True)
-            break
-        eta = f", about {statistics.fmean(spent) * (len(left) - n + 1) / 3600:.1f} h left" \
-            if spent else ""
-        print(f"[{n}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}", file=sys.stderr,
-              flush=True)
-        record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose,
-                          busy_before=busy)
-        store.append(args.store, record)
-        if n % args.lock_cells == 0 or n == len(left):
-            held.__exit__(None, None, None)
-            held = None
-            if args.lock is not None:
-                time.sleep(LOCK_GAP_S)  # a job waiting for the lock takes it now
-        spent.append(time.time() - t0)
-        r = record["readouts"]
-        print(f"    failed: {record['error']}" if record["error"] else
-              f"    eval {r['eval']}, train100 {r['train']}, "
-              f"{record['summary'].get('env_steps') or 0:,} agent steps", file=sys.stderr,
-              flush=True)
+    done = 0
+    for unit in P.units(left):
+        # a unit (one architecture's setups on one game and seed) runs back to back: the
+        # pause file, the lock and --hours act only between units
+        if not args.dry_run:
+            while args.pause_file is not None and args.pause_file.exists():
+                time.sleep(5)
+        with exclusive(None if args.dry_run else args.lock):
+            if not args.dry_run:
+                _, busy = wait_until_quiet(args.max_busy)
+            cell_s = statistics.fmean(spent) if spent else args.minutes * 60 + 60
+            if deadline is not None and time.time() + cell_s * len(unit) > deadline:
+                print(f"--hours {args.hours:g}: stopping with {len(left) - done} cell(s) "
+                      "left (run the same command again to go on)", file=sys.stderr,
+                      flush=True)
+                break
+            for i, (setup, game, seed) in enumerate(unit):
+                done += 1
+                slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
+                run_dir = root / \
+                    f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
+                if args.dry_run:
+                    print(shlex.join(["python", *command(setup, game, seed, args.minutes,
+                                                         preset, run_dir)[1:]]))
+                    continue
+                if i:
+                    _, busy = wait_until_quiet(args.max_busy)
+                eta = f", about {statistics.fmean(spent) * (len(left) - done + 1) / 3600:.1f}" \
+                    " h left" if spent else ""
+                print(f"[{done}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}",
+                      file=sys.stderr, flush=True)
+                t0 = time.time()
+                record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose,
+                                  busy_before=busy)
+                store.append(args.store, record)
+                spent.append(time.time() - t0)
+                r = record["readouts"]
+                print(f"    failed: {record['error']}" if record["error"] else
+                      f"    eval {r['eval']}, train100 {r['train']}, "
+                      f"{record['summary'].get('env_steps') or 0:,} agent steps",
+                      file=sys.stderr, flush=True)
+        if args.lock is not None and not args.dry_run:
+            time.sleep(LOCK_GAP_S)  # a job waiting for the lock takes it now
     return 0
 
 

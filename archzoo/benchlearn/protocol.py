@@ -134,3 +134,16 @@ def cells(archs: Iterable[str], games: Iterable[str], seeds: dict[str, list[int]
             for arch in archs:
                 for setup in setups_of[arch]:
                     yield setup, game, seed
+
+
+def units(cells: Iterable[tuple[Setup, str, int]]) -> list[list[tuple[Setup, str, int]]]:
+    """Consecutive cells of one architecture, game and seed: the setups that run back to
+    back (a pair, for a reported grid), so that no pause or other job comes between them."""
+    out: list[list[tuple[Setup, str, int]]] = []
+    for cell in cells:
+        setup, game, seed = cell
+        if out and (out[-1][0][0].arch, out[-1][0][1], out[-1][0][2]) == (setup.arch, game, seed):
+            out[-1].append(cell)
+        else:
+            out.append([cell])
+    return out
