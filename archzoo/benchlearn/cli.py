@@ -137,6 +137,12 @@ def report_cells(args: argparse.Namespace) -> list[tuple[P.Setup, str, int]]:
     return list(P.cells(args.archs, args.games, seeds, setups))
 
 
+def _run_name(setup: P.Setup, game: str, seed: int) -> str:
+    """A cell's run directory name: its setup, game, seed and the time it starts."""
+    slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
+    return f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
+
+
 def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
               purpose: str) -> int:
     """Run the cells of ``todo`` the store does not have yet (all with ``--rerun``)."""
@@ -167,41 +173,36 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
                              Path(tempfile.mkdtemp(prefix="bench-learning-")))
     from archzoo.benchlearn.runner import command
 
+    if args.dry_run:
+        for setup, game, seed in left:
+            print(shlex.join(["python", *command(setup, game, seed, args.minutes, preset,
+                                                 root / _run_name(setup, game, seed))[1:]]))
+        return 0
     spent: list[float] = []  # seconds per cell, from its start to its record
     deadline = None if args.hours is None else time.time() + args.hours * 3600
     done = 0
     for unit in P.units(left):
         # a unit (one architecture's setups on one game and seed) runs back to back: the
         # pause file, the lock and --hours act only between units
-        if not args.dry_run:
-            while args.pause_file is not None and args.pause_file.exists():
-                time.sleep(5)
-        with exclusive(None if args.dry_run else args.lock):
-            if not args.dry_run:
-                _, busy = wait_until_quiet(args.max_busy)
+        while args.pause_file is not None and args.pause_file.exists():
+            time.sleep(5)
+        with exclusive(args.lock):
             cell_s = statistics.fmean(spent) if spent else args.minutes * 60 + 60
             if deadline is not None and time.time() + cell_s * len(unit) > deadline:
                 print(f"--hours {args.hours:g}: stopping with {len(left) - done} cell(s) "
                       "left (run the same command again to go on)", file=sys.stderr,
                       flush=True)
                 break
-            for i, (setup, game, seed) in enumerate(unit):
-                done += 1
-                slug = "".join(ch if ch.isalnum() else "-" for ch in setup.name).strip("-")
-                run_dir = root / \
-                    f"{slug}-{game.split('/')[-1]}-s{seed}-{time.strftime('%H%M%S')}"
-                if args.dry_run:
-                    print(shlex.join(["python", *command(setup, game, seed, args.minutes,
-                                                         preset, run_dir)[1:]]))
-                    continue
-                if i:
-                    _, busy = wait_until_quiet(args.max_busy)
-                eta = f", about {statistics.fmean(spent) * (len(left) - done + 1) / 3600:.1f}" \
+            for setup, game, seed in unit:
+                _, busy = wait_until_quiet(args.max_busy)
+                eta = f", about {statistics.fmean(spent) * (len(left) - done) / 3600:.1f}" \
                     " h left" if spent else ""
+                done += 1
                 print(f"[{done}/{len(left)}] {setup.name}, {game}, seed {seed}{eta}",
                       file=sys.stderr, flush=True)
                 t0 = time.time()
-                record = run_cell(setup, game, seed, args.minutes, preset, run_dir, purpose,
+                record = run_cell(setup, game, seed, args.minutes, preset,
+                                  root / _run_name(setup, game, seed), purpose,
                                   busy_before=busy)
                 store.append(args.store, record)
                 spent.append(time.time() - t0)
@@ -210,7 +211,7 @@ def run_cells(args: argparse.Namespace, todo: list[tuple[P.Setup, str, int]],
                       f"    eval {r['eval']}, train100 {r['train']}, "
                       f"{record['summary'].get('env_steps') or 0:,} agent steps",
                       file=sys.stderr, flush=True)
-        if args.lock is not None and not args.dry_run:
+        if args.lock is not None:
             time.sleep(LOCK_GAP_S)  # a job waiting for the lock takes it now
     return 0
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -139,11 +140,5 @@ def cells(archs: Iterable[str], games: Iterable[str], seeds: dict[str, list[int]
 def units(cells: Iterable[tuple[Setup, str, int]]) -> list[list[tuple[Setup, str, int]]]:
     """Consecutive cells of one architecture, game and seed: the setups that run back to
     back (a pair, for a reported grid), so that no pause or other job comes between them."""
-    out: list[list[tuple[Setup, str, int]]] = []
-    for cell in cells:
-        setup, game, seed = cell
-        if out and (out[-1][0][0].arch, out[-1][0][1], out[-1][0][2]) == (setup.arch, game, seed):
-            out[-1].append(cell)
-        else:
-            out.append([cell])
-    return out
+    return [list(unit) for _, unit in
+            itertools.groupby(cells, key=lambda cell: (cell[0].arch, cell[1], cell[2]))]
